@@ -1,0 +1,42 @@
+# Taskdesk. `make run` starts everything; `make test` runs the whole suite. Both set up .venv.
+SHELL := /bin/bash
+PYTHON ?= $(shell for p in python3.13 python3.12 python3.11 python3; do command -v $$p >/dev/null && $$p -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo $$p && break; done)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+HOST ?= 127.0.0.1
+PORT ?= 8000
+export HOST PORT
+export TASKDESK_PORT := $(PORT)
+export PATH := $(CURDIR)/$(BIN):$(PATH)
+
+.PHONY: install run test lint fmt conformance bench clean-var
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -n "$(PYTHON)" || { echo "Taskdesk needs Python 3.11 or newer on PATH" >&2; exit 1; }
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP)
+
+run: install
+	$(BIN)/python manage.py migrate --noinput
+	$(BIN)/python manage.py collectstatic --noinput -v0
+	$(BIN)/python manage.py bootstrap
+	exec $(BIN)/honcho --no-colour -f Procfile -d . start -p $(PORT)
+
+test: install
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+fmt: install
+	$(BIN)/ruff format .
+	$(BIN)/ruff check --fix .
+
+clean-var:
+	rm -rf var

@@ -1,0 +1,341 @@
+"""Taskdesk settings: one module, driven by environment variables.
+
+The defaults need nothing installed (SQLite and an embedded Celery broker under ``var/``);
+``DATABASE_URL`` and ``CELERY_BROKER_URL`` switch to real servers. Every variable is read
+through a small validating helper, so a malformed value stops start-up with a message that
+names the variable.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import dj_database_url
+from django.core.exceptions import ImproperlyConfigured
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+
+
+# --- validating helpers ----------------------------------------------------------------
+
+
+def env_str(name: str, default: str = "") -> str:
+    return os.environ.get(name, default).strip()
+
+
+def env_bool(name: str, default: bool = False) -> bool:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ImproperlyConfigured(f"{name} must be a boolean (1/0, true/false, yes/no), not {raw!r}")
+
+
+def env_int(name: str, default: int, *, minimum: int | None = None) -> int:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be an integer, not {raw!r}") from None
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def env_float(name: str, default: float, *, minimum: float | None = None) -> float:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = float(raw.strip())
+    except ValueError:
+        raise ImproperlyConfigured(f"{name} must be a number, not {raw!r}") from None
+    if value != value or value in (float("inf"), float("-inf")):
+        raise ImproperlyConfigured(f"{name} must be a finite number, not {raw!r}")
+    if minimum is not None and value < minimum:
+        raise ImproperlyConfigured(f"{name} must be at least {minimum}, not {value}")
+    return value
+
+
+def env_list(name: str, default: list[str]) -> list[str]:
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return list(default)
+    return [item.strip() for item in raw.split(",") if item.strip()]
+
+
+def env_secret(name: str) -> str | None:
+    """Read NAME, or the file named by NAME_FILE (for secrets mounted as files)."""
+    value = os.environ.get(name)
+    if value:
+        return value
+    path = os.environ.get(f"{name}_FILE")
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            raise ImproperlyConfigured(
+                f"{name}_FILE names a file that cannot be read: {exc}"
+            ) from None
+    return None
+
+
+def _generated_secret(path: Path) -> str:
+    """Return the secret stored at PATH, creating it (owner-only) on first use.
+
+    O_EXCL makes concurrent first starts (web, worker and beat at once) agree on one key.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return path.read_text().strip()
+    with os.fdopen(fd, "w") as handle:
+        handle.write(secrets.token_urlsafe(50))
+    return path.read_text().strip()
+
+
+# --- core -------------------------------------------------------------------------------
+
+VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or BASE_DIR / "var")
+DEBUG = env_bool("DEBUG", False)
+SECRET_KEY = env_secret("SECRET_KEY") or _generated_secret(VAR_DIR / "secret_key")
+
+HOST = env_str("HOST", "127.0.0.1")
+# `make run` passes the chosen port as TASKDESK_PORT too: its supervisor (honcho) hands every
+# process a PORT of its own.
+PORT = env_int("TASKDESK_PORT", env_int("PORT", 8000, minimum=1), minimum=1)
+_default_hosts = ["127.0.0.1", "localhost", "[::1]"]
+if HOST and HOST not in _default_hosts and HOST not in {"0.0.0.0", "::"}:
+    _default_hosts.append(HOST)
+ALLOWED_HOSTS = env_list("TASKDESK_ALLOWED_HOSTS", _default_hosts)
+
+
+def _origin_for(host: str, port: int) -> str:
+    return f"http://{host}:{port}"
+
+
+# The MCP endpoint checks Origin against this list (a foreign Origin is answered 403).
+TASKDESK_ALLOWED_ORIGINS = env_list(
+    "TASKDESK_ALLOWED_ORIGINS",
+    [_origin_for(h, PORT) for h in ALLOWED_HOSTS if h not in {"*"} and not h.startswith(".")],
+)
+for _origin in TASKDESK_ALLOWED_ORIGINS:
+    _parts = urlsplit(_origin)
+    if _parts.scheme not in {"http", "https"} or not _parts.netloc:
+        raise ImproperlyConfigured(
+            f"TASKDESK_ALLOWED_ORIGINS entries must look like http://host:port, not {_origin!r}"
+        )
+CSRF_TRUSTED_ORIGINS = [o for o in TASKDESK_ALLOWED_ORIGINS if not o.startswith("http://[")]
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "whitenoise.runserver_nostatic",
+    "django.contrib.staticfiles",
+    "rest_framework",
+    "django_htmx",
+    "template_partials",
+    "tasks_app",
+    "elicitations",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "whitenoise.middleware.WhiteNoiseMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
+]
+
+ROOT_URLCONF = "config.urls"
+WSGI_APPLICATION = "config.wsgi.application"
+ASGI_APPLICATION = "config.asgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# --- database ---------------------------------------------------------------------------
+
+DATABASE_URL = env_str("DATABASE_URL")
+if DATABASE_URL:
+    try:
+        _db = dj_database_url.parse(DATABASE_URL, conn_max_age=env_int("DB_CONN_MAX_AGE", 600))
+    except Exception as exc:  # dj-database-url raises several types for bad URLs
+        raise ImproperlyConfigured(f"DATABASE_URL is not a valid database URL: {exc}") from None
+    if _db["ENGINE"] not in {"django.db.backends.postgresql", "django.db.backends.sqlite3"}:
+        raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
+    _db["CONN_HEALTH_CHECKS"] = True
+else:
+    _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "taskdesk.sqlite3"}
+
+if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
+    # two writers queue on busy_timeout instead of failing with "database is locked" on
+    # upgrade, which also stands in for SELECT ... FOR UPDATE, which SQLite ignores.
+    _db.setdefault("OPTIONS", {}).update(
+        {
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 20,
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; "
+            "PRAGMA busy_timeout=20000;",
+        }
+    )
+    _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_taskdesk.sqlite3")
+    Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+DATABASES = {"default": _db}
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+# --- auth, i18n, static ------------------------------------------------------------------
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+]
+LOGIN_URL = "/accounts/login/"
+LOGIN_REDIRECT_URL = "/inbox/"
+LOGOUT_REDIRECT_URL = "/accounts/login/"
+
+LANGUAGE_CODE = "en-us"
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "/static/"
+STATIC_ROOT = VAR_DIR / "staticfiles"
+STATICFILES_DIRS = [BASE_DIR / "static"]
+STORAGES = {
+    "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+    "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
+}
+WHITENOISE_USE_FINDERS = True
+WHITENOISE_AUTOREFRESH = DEBUG
+
+# --- security (production shape unless DEBUG) -------------------------------------------
+
+SECURE_SSL_REDIRECT = env_bool("TASKDESK_SSL_REDIRECT", False)
+SESSION_COOKIE_SECURE = env_bool("TASKDESK_SECURE_COOKIES", False)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_HSTS_SECONDS = env_int("TASKDESK_HSTS_SECONDS", 0, minimum=0)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
+SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+SECURE_PROXY_SSL_HEADER = (
+    ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TASKDESK_BEHIND_TLS_PROXY", False) else None
+)
+SESSION_COOKIE_HTTPONLY = True
+X_FRAME_OPTIONS = "DENY"
+SECURE_CONTENT_TYPE_NOSNIFF = True
+SILENCED_SYSTEM_CHECKS = env_list("TASKDESK_SILENCED_CHECKS", [])
+
+# --- Django REST framework ----------------------------------------------------------------
+
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [],
+    "DEFAULT_PERMISSION_CLASSES": [],
+    "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_RATES": {"mcp_poll": env_str("TASKDESK_POLL_THROTTLE", "") or None},
+}
+
+# --- Celery ---------------------------------------------------------------------------------
+
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
+_broker_scheme = urlsplit(CELERY_BROKER_URL).scheme
+if _broker_scheme not in {"filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp"}:
+    raise ImproperlyConfigured(
+        f"CELERY_BROKER_URL must be redis://, amqp:// or filesystem://, not {CELERY_BROKER_URL!r}"
+    )
+CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
+if _broker_scheme == "filesystem":
+    _queue_dir = BROKER_DIR / "queue"
+    _queue_dir.mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(_queue_dir),
+        "data_folder_out": str(_queue_dir),
+        "store_processed": False,
+        # How often an idle worker looks for new messages: at most 0.1 s by design.
+        "polling_interval": env_float("TASKDESK_BROKER_POLL_SECONDS", 0.05, minimum=0.005),
+    }
+elif _broker_scheme.startswith("redis"):
+    # Unacked messages of a dead worker come back after this long; the lease sweeper usually
+    # re-dispatches sooner, and the lease makes the late copy a no-op.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_RESULT_BACKEND = None
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+CELERY_TIMEZONE = "UTC"
+CELERY_WORKER_HIJACK_ROOT_LOGGER = False
+CELERY_WORKER_SEND_TASK_EVENTS = False
+CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
+CELERY_TASK_ALWAYS_EAGER = False
+
+TASKDESK_SWEEP_SECONDS = env_float("TASKDESK_SWEEP_SECONDS", 5.0, minimum=0.5)
+CELERY_BEAT_SCHEDULE = {
+    "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},
+    "heartbeat": {"task": "heartbeat_job", "schedule": timedelta(seconds=10)},
+    "purge-expired": {"task": "purge_expired_job", "schedule": timedelta(minutes=5)},
+}
+
+# --- Taskdesk ---------------------------------------------------------------------------------
+
+TASKDESK_TOOLSETS = env_list("TASKDESK_TOOLSETS", ["demo"])
+TASKDESK_ANONYMOUS_CLIENT = env_str("TASKDESK_ANONYMOUS_CLIENT") or None
+TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, minimum=1)
+TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)
+TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)
+TASKDESK_LEASE_SECONDS = env_int("TASKDESK_LEASE_SECONDS", 30, minimum=1)
+TASKDESK_DISPATCH_GRACE_SECONDS = env_float("TASKDESK_DISPATCH_GRACE_SECONDS", 3.0, minimum=0)
+TASKDESK_SYNC_WAIT_SECONDS = env_float("TASKDESK_SYNC_WAIT_SECONDS", 60.0, minimum=0)
+TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=5)
+TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")
+TASKDESK_DEMO_EXPORT_SECONDS = env_float("TASKDESK_DEMO_EXPORT_SECONDS", 3.0, minimum=0)
+TASKDESK_REFUND_APPROVAL_CENTS = env_int("TASKDESK_REFUND_APPROVAL_CENTS", 10000, minimum=0)
+TASKDESK_PUBLIC_URL = env_str("TASKDESK_PUBLIC_URL") or f"http://{HOST}:{PORT}"
+
+# --- logging ---------------------------------------------------------------------------------
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {
+        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+    },
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from django.contrib import admin
+from django.urls import include, path
+
+from tasks_app import views as task_views
+
+urlpatterns = [
+    path("healthz", task_views.healthz, name="healthz"),
+    path("admin/", admin.site.urls),
+    path("accounts/", include("django.contrib.auth.urls")),
+    path("", include("tasks_app.urls")),
+    path("", include("elicitations.urls")),
+]

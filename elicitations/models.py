@@ -1,0 +1,93 @@
+"""Questions a running task asks, and their answers. Changes go through ``transitions``."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+class Mode(models.TextChoices):
+    FORM = "form"
+    URL = "url"
+
+
+class Audience(models.TextChoices):
+    CLIENT = "client"
+    OPERATOR = "operator"
+    ANY = "any"
+
+
+class RequestStatus(models.TextChoices):
+    PENDING = "pending"
+    ANSWERED = "answered"
+    DECLINED = "declined"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+
+
+class Channel(models.TextChoices):
+    TASKS_UPDATE = "tasks/update"
+    MRTR_RETRY = "mrtr"
+    INBOX = "inbox"
+    LEGACY_ELICIT = "elicitation/create"
+    DEADLINE = "deadline"
+
+
+class OnTimeout(models.TextChoices):
+    DECLINE = "decline"
+    DEFAULT = "default"
+    FAIL = "fail"
+
+
+class InputRequest(models.Model):
+    task = models.ForeignKey(
+        "tasks_app.Task", on_delete=models.CASCADE, related_name="input_requests"
+    )
+    # Server-minted, unique over the task's whole lifetime (never reused once answered).
+    key = models.CharField(max_length=100)
+    # The tool's own name for the question (ctx.ask(key=...)), used by the journal.
+    ask_key = models.CharField(max_length=200)
+    mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.FORM)
+    message = models.TextField()
+    requested_schema = models.JSONField(null=True, blank=True)
+    url = models.URLField(max_length=2000, blank=True)
+    audience = models.CharField(max_length=10, choices=Audience.choices, default=Audience.CLIENT)
+    status = models.CharField(
+        max_length=10, choices=RequestStatus.choices, default=RequestStatus.PENDING
+    )
+    answer = models.JSONField(null=True, blank=True)
+    answered_by_client = models.ForeignKey(
+        "tasks_app.Client", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    answered_by_user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    channel = models.CharField(max_length=30, choices=Channel.choices, blank=True)
+    answered_at = models.DateTimeField(null=True, blank=True)
+    deadline = models.DateTimeField(null=True, blank=True)
+    on_timeout = models.CharField(
+        max_length=10, choices=OnTimeout.choices, default=OnTimeout.DECLINE
+    )
+    default_answer = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "key"], name="inputrequest_unique_task_key"),
+            models.CheckConstraint(
+                condition=Q(status__in=RequestStatus.values), name="inputrequest_status_valid"
+            ),
+        ]
+        indexes = [
+            # The inbox (pending, by deadline) and the deadline sweeper.
+            models.Index(
+                fields=["deadline", "created_at"],
+                condition=Q(status="pending"),
+                name="inputrequest_pending",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.key} ({self.status})"

@@ -1,0 +1,8 @@
+from __future__ import annotations
+
+from django.apps import AppConfig
+
+
+class TasksAppConfig(AppConfig):
+    name = "tasks_app"
+    verbose_name = "Tasks"

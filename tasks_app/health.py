@@ -1,0 +1,69 @@
+"""Health of the parts Taskdesk needs: the database, the broker and the workers."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
+
+
+def check_database() -> dict[str, Any]:
+    try:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True, "vendor": connection.vendor}
+
+
+def check_broker() -> dict[str, Any]:
+    from config.celery import app
+
+    url = settings.CELERY_BROKER_URL
+    scheme = url.split("://", 1)[0]
+    if scheme == "filesystem":
+        folder = settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
+        ok = os.path.isdir(folder) and os.access(folder, os.W_OK)
+        return {"ok": ok, "transport": "filesystem"} | (
+            {} if ok else {"error": f"{folder} not writable"}
+        )
+    try:
+        with app.connection_for_write() as conn:
+            conn.ensure_connection(max_retries=1, timeout=2)
+    except Exception as exc:
+        return {"ok": False, "transport": scheme, "error": f"{type(exc).__name__}: {exc}"}
+    return {"ok": True, "transport": scheme}
+
+
+def check_workers() -> dict[str, Any]:
+    from tasks_app.models import WorkerHeartbeat
+
+    try:
+        last = (
+            WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()
+        )
+    except Exception as exc:
+        return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    if last is None:
+        return {"ok": True, "heartbeat": None}  # no worker has reported yet
+    age = (timezone.now() - last).total_seconds()
+    ok = age <= timedelta(seconds=settings.TASKDESK_WORKER_STALE_SECONDS).total_seconds()
+    out: dict[str, Any] = {"ok": ok, "heartbeat": last.isoformat(), "age_seconds": round(age, 1)}
+    if not ok:
+        out["error"] = f"last worker heartbeat {age:.0f} s ago"
+    return out
+
+
+def report() -> tuple[bool, dict[str, Any]]:
+    parts = {"database": check_database(), "broker": check_broker()}
+    parts["workers"] = (
+        check_workers() if parts["database"]["ok"] else {"ok": False, "error": "database down"}
+    )
+    failing = [name for name, part in parts.items() if not part["ok"]]
+    body = {"status": "ok" if not failing else "fail", "failing": failing, **parts}
+    return not failing, body

@@ -1,0 +1,271 @@
+"""Tasks, their clients and everything recorded about them.
+
+The database is the source of truth for every task, event, journal entry and effect; Celery
+only delivers "run this task id now". Status changes go through ``tasks_app.transitions``.
+"""
+
+from __future__ import annotations
+
+import secrets
+from typing import Any
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+
+def new_task_id() -> str:
+    # 24 bytes from the OS CSPRNG = 192 bits, URL-safe base64 (32 characters).
+    return secrets.token_urlsafe(24)
+
+
+class Tenant(models.Model):
+    """A group of MCP clients and of the operators who may see their tasks."""
+
+    slug = models.SlugField(max_length=100, unique=True)
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="tenants")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.slug
+
+
+class Client(models.Model):
+    """An MCP caller (principal). Tasks and idempotency keys are scoped to it."""
+
+    name = models.CharField(max_length=100, unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="clients")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ClientToken(models.Model):
+    """A bearer token of a client. Only a keyed hash is stored; the token is shown once."""
+
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="tokens")
+    token_hash = models.CharField(max_length=64, unique=True)
+    prefix = models.CharField(max_length=12, help_text="First characters, to tell tokens apart")
+    created_at = models.DateTimeField(auto_now_add=True)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.client})"
+
+
+class Status(models.TextChoices):
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+
+
+class Era(models.TextChoices):
+    MODERN = "2026-07-28"
+    LEGACY = "2025-11-25"
+    INTERNAL = "internal"
+
+
+class Task(models.Model):
+    id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="tasks")
+    tool_name = models.CharField(max_length=200)
+    arguments = models.JSONField(default=dict)
+    fingerprint = models.CharField(max_length=64, blank=True)
+    # NULL (not "") for keyless tasks, so the partial unique constraint skips them.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    status = models.CharField(max_length=20, choices=Status.choices, default=Status.WORKING)
+    status_message = models.TextField(blank=True)
+    result = models.JSONField(null=True, blank=True)
+    error = models.JSONField(null=True, blank=True)
+    era = models.CharField(max_length=16, choices=Era.choices, default=Era.MODERN)
+    ttl_ms = models.BigIntegerField(null=True, blank=True)
+    poll_interval_ms = models.IntegerField(default=1000)
+    # Runtime bookkeeping: the current leg's lease, and how many legs have started.
+    leg = models.IntegerField(default=0)
+    lease_owner = models.CharField(max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(null=True, blank=True)
+    cancel_requested_at = models.DateTimeField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+
+    class Meta:
+        constraints = [
+            # Decides concurrent submissions with the same key: the loser's INSERT fails and
+            # it reads the winner's row (acceptance.accept). No read-then-insert race.
+            models.UniqueConstraint(
+                fields=["client", "idempotency_key"],
+                condition=Q(idempotency_key__isnull=False),
+                name="task_unique_client_idempotency_key",
+            ),
+            models.CheckConstraint(condition=Q(status__in=Status.values), name="task_status_valid"),
+        ]
+        indexes = [
+            # The dashboard's default listing and the lease sweeper's scan.
+            models.Index(fields=["status", "-created_at"], name="task_status_created"),
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="working"),
+                name="task_working_lease",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tool_name} {self.id}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.status in TERMINAL_STATUSES
+
+
+class Actor(models.TextChoices):
+    CLIENT = "client"
+    OPERATOR = "operator"
+    WORKER = "worker"
+    SYSTEM = "system"
+
+
+class TaskEvent(models.Model):
+    """Append-only timeline of a task: what happened, who did it, when."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    kind = models.CharField(max_length=50)
+    actor_type = models.CharField(max_length=20, choices=Actor.choices)
+    actor = models.CharField(max_length=200, blank=True)
+    old_status = models.CharField(max_length=20, blank=True)
+    new_status = models.CharField(max_length=20, blank=True)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+
+    class Meta:
+        ordering = ["created_at", "id"]
+
+    def __str__(self) -> str:
+        return f"{self.kind} on {self.task_id}"
+
+
+class JournalKind(models.TextChoices):
+    ASK = "ask"
+    EFFECT = "effect"
+    STEP = "step"
+
+
+class JournalEntry(models.Model):
+    """One journaled ctx call of a task's tool function, by call order."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="journal")
+    seq = models.IntegerField()
+    kind = models.CharField(max_length=10, choices=JournalKind.choices)
+    name = models.CharField(max_length=200)
+    outcome = models.JSONField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["task", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "seq"], name="journal_unique_task_seq")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.task_id}#{self.seq} {self.kind} {self.name}"
+
+
+class EffectState(models.TextChoices):
+    INTENDED = "intended"
+    CONFIRMED = "confirmed"
+    FAILED = "failed"
+    UNKNOWN = "unknown"
+    COMPENSATED = "compensated"
+
+
+class Effect(models.Model):
+    """One external side effect of a task, and whether it actually happened."""
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="effects")
+    seq = models.IntegerField()
+    name = models.CharField(max_length=200)
+    target = models.CharField(max_length=500, blank=True)
+    downstream_key = models.CharField(max_length=300, unique=True)
+    state = models.CharField(max_length=20, choices=EffectState.choices)
+    detail = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+    settled_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["task", "seq"]
+        constraints = [
+            models.UniqueConstraint(fields=["task", "seq"], name="effect_unique_task_seq"),
+            models.CheckConstraint(
+                condition=Q(state__in=EffectState.values), name="effect_state_valid"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.state})"
+
+
+class Dispatch(models.Model):
+    """Outbox: a task id that needs a "run now" message published to the broker.
+
+    Written in the caller's transaction; published after commit; a periodic sweeper
+    publishes whatever is still unpublished (broker outage, process killed in between).
+    """
+
+    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dispatches")
+    reason = models.CharField(max_length=50)
+    created_at = models.DateTimeField(auto_now_add=True)
+    published_at = models.DateTimeField(null=True, blank=True)
+    attempts = models.IntegerField(default=0)
+
+    class Meta:
+        indexes = [
+            # The sweeper's query: unpublished records, oldest first.
+            models.Index(
+                fields=["created_at"],
+                condition=Q(published_at__isnull=True),
+                name="dispatch_unpublished",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"dispatch {self.task_id} ({self.reason})"
+
+
+class WorkerHeartbeat(models.Model):
+    """Last sign of life of the Celery workers, written by a periodic job."""
+
+    hostname = models.CharField(max_length=200, unique=True)
+    seen_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.hostname} @ {self.seen_at}"
+
+
+def event(
+    task: Task,
+    kind: str,
+    *,
+    actor_type: str,
+    actor: str = "",
+    old_status: str = "",
+    new_status: str = "",
+    **detail: Any,
+) -> TaskEvent:
+    """Append one event to TASK's timeline (inside the caller's transaction)."""
+    return TaskEvent.objects.create(
+        task=task,
+        kind=kind,
+        actor_type=actor_type,
+        actor=actor,
+        old_status=old_status,
+        new_status=new_status,
+        detail=detail,
+    )

@@ -1,0 +1,27 @@
+"""Reads used by the MCP handlers, views and jobs. Permission checks live here."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from tasks_app.models import Client, Task
+
+
+class TaskNotFound(Exception):
+    pass
+
+
+def task_get_for_client(*, client: Client, task_id: str) -> Task:
+    """Return CLIENT's task TASK_ID. Another client's task is reported exactly like a missing one."""
+    try:
+        return Task.objects.get(pk=task_id, client=client)
+    except (Task.DoesNotExist, ValueError):
+        raise TaskNotFound(task_id) from None
+
+
+def tasks_visible_to(user) -> QuerySet[Task]:  # type: ignore[no-untyped-def]
+    """Tasks an operator may see: their tenants' tasks (superusers see all)."""
+    qs = Task.objects.select_related("client__tenant")
+    if user.is_superuser:
+        return qs
+    return qs.filter(client__tenant__members=user)

@@ -1,0 +1,53 @@
+"""Celery jobs. They take ids, re-read the database and call runtime/transitions.
+
+Every job has an explicit name so that moving a module never strands queued messages.
+"""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+from celery import shared_task
+from django.utils import timezone
+
+log = logging.getLogger(__name__)
+
+
+@shared_task(name="run_task_job", acks_late=True, reject_on_worker_lost=True)
+def run_task_job(task_id: str, dispatch_id: int | None = None) -> None:
+    """Run one leg of task TASK_ID (a no-op if another leg holds its lease)."""
+    from tasks_app import runtime
+
+    runtime.run_leg(task_id=task_id, dispatch_id=dispatch_id)
+
+
+@shared_task(name="sweep_job")
+def sweep_job() -> None:
+    """Publish unpublished dispatch records and re-dispatch tasks whose lease expired."""
+    from tasks_app import dispatch, runtime
+
+    sent = dispatch.publish_pending()
+    revived = runtime.redispatch_expired_leases()
+    if sent or revived:
+        log.info("sweep: published %s dispatch records, re-dispatched %s tasks", sent, revived)
+
+
+@shared_task(name="heartbeat_job")
+def heartbeat_job() -> str:
+    """Record that a worker is alive (read by /healthz)."""
+    from tasks_app.models import WorkerHeartbeat
+
+    hostname = socket.gethostname()
+    WorkerHeartbeat.objects.update_or_create(
+        hostname=hostname, defaults={"seen_at": timezone.now()}
+    )
+    return hostname
+
+
+@shared_task(name="purge_expired_job")
+def purge_expired_job() -> int:
+    """Delete tasks past their TTL plus the grace period, with their keys, events and records."""
+    from tasks_app import retention
+
+    return retention.purge_expired()

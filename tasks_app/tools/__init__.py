@@ -1,0 +1,45 @@
+"""The tool authors' API: ``Toolset``, ``ToolContext`` and friends.
+
+from tasks_app.tools import Toolset, ToolContext
+
+tools = Toolset("billing")
+
+@tools.tool(task="required", requires_idempotency_key=True)
+def refund(ctx: ToolContext, payment_id: str, amount_cents: int) -> dict: ...
+"""
+
+from __future__ import annotations
+
+from tasks_app.tools.context import (
+    Answer,
+    Cancelled,
+    EffectHandle,
+    ProtocolError,
+    ToolContext,
+    ToolError,
+)
+from tasks_app.tools.registry import (
+    InvalidArguments,
+    ToolDefinitionError,
+    Toolset,
+    ToolSpec,
+    enabled_tools,
+    get_tool,
+    register_toolset,
+)
+
+__all__ = [
+    "Answer",
+    "Cancelled",
+    "EffectHandle",
+    "InvalidArguments",
+    "ProtocolError",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolError",
+    "ToolSpec",
+    "Toolset",
+    "enabled_tools",
+    "get_tool",
+    "register_toolset",
+]

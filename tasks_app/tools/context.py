@@ -1,0 +1,127 @@
+"""The interface a tool function sees: ``ToolContext``.
+
+Two implementations share it: the task runtime (``tasks_app.runtime``: journaled legs in a
+Celery worker) and the synchronous path of the MCP endpoint (MRTR rounds, progress and log
+notifications streamed on the response). Tool code is written once against this class.
+"""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any, Literal, TypeVar
+
+T = TypeVar("T")
+
+Audience = Literal["client", "operator", "any"]
+OnTimeout = Literal["decline", "default", "fail"]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """What a question got back: ``action`` is accept, decline or cancel."""
+
+    action: Literal["accept", "decline", "cancel"]
+    content: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def accepted(self) -> bool:
+        return self.action == "accept"
+
+
+class EffectHandle(abc.ABC):
+    """Given inside ``with ctx.effect(...) as fx``: the stable key to pass downstream."""
+
+    key: str
+
+    @abc.abstractmethod
+    def record(self, **detail: Any) -> None:
+        """Attach JSON details (an external id, a path, a checksum) to the effect's outcome."""
+
+
+class ToolError(Exception):
+    """Raise from a tool to end the call with ``isError: true`` and this message."""
+
+
+class ProtocolError(Exception):
+    """Raise from a tool to end the call with a JSON-RPC error (a task then ends ``failed``)."""
+
+    def __init__(self, message: str, *, code: int = -32603, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.data = data
+
+
+class Cancelled(Exception):
+    """Raised at a checkpoint once cancellation of the task was requested."""
+
+
+class ToolContext(abc.ABC):
+    """What a running tool may do. Every call is a cancellation checkpoint."""
+
+    task_id: str | None
+    client_name: str
+    tenant: str
+
+    @abc.abstractmethod
+    def ask(
+        self,
+        key: str,
+        *,
+        message: str,
+        schema: dict[str, Any] | None = None,
+        url: str | None = None,
+        audience: Audience = "client",
+        deadline: datetime | timedelta | None = None,
+        on_timeout: OnTimeout = "decline",
+        default: dict[str, Any] | None = None,
+    ) -> Answer:
+        """Ask a question and return its answer (suspending the task until there is one)."""
+
+    @abc.abstractmethod
+    def effect(
+        self,
+        name: str,
+        *,
+        target: str = "",
+        verify: Callable[[str], bool] | None = None,
+        compensate: Callable[[str], None] | None = None,
+    ) -> AbstractContextManager[EffectHandle]:
+        """Wrap one external side effect; it runs at most once per task."""
+
+    @abc.abstractmethod
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        """Run FN once per task and memoize its (JSON) result."""
+
+    @abc.abstractmethod
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        """Report progress; it becomes the task's status message."""
+
+    @abc.abstractmethod
+    def log(self, level: str, message: str, **data: Any) -> None:
+        """Log a line for the client (notifications/message on the synchronous path)."""
+
+    @abc.abstractmethod
+    def check_cancelled(self) -> None:
+        """Raise Cancelled if cancellation was requested."""
+
+    def sleep(self, seconds: float, *, every: float = 0.2) -> None:
+        """Sleep SECONDS, checking for cancellation at least every EVERY seconds."""
+        import time
+
+        deadline = time.monotonic() + seconds
+        while True:
+            self.check_cancelled()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            time.sleep(min(every, left))
+
+    def chunks(self, total: int, size: int) -> Iterator[range]:
+        """Yield ranges covering 0..TOTAL in SIZE steps, checkpointing between them."""
+        for start in range(0, total, size):
+            self.check_cancelled()
+            yield range(start, min(start + size, total))

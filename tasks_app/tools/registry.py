@@ -1,0 +1,264 @@
+"""``@tool``: how a plain function becomes an MCP tool, and the toolsets that group them.
+
+A toolset is a module holding ``tools = Toolset("name")`` and functions decorated with
+``@tools.tool(...)``. ``TASKDESK_TOOLSETS`` picks which registered toolsets are served.
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import math
+import typing
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any, Literal
+
+import jsonschema
+import pydantic
+from django.conf import settings
+
+TaskPolicy = Literal["forbidden", "optional", "required"]
+
+# Toolset name -> module path. Projects add their own with ``register_toolset``.
+TOOLSET_MODULES: dict[str, str] = {
+    "demo": "tasks_app.tools.toolsets.demo",
+    "conformance": "tasks_app.tools.toolsets.conformance",
+}
+
+
+class ToolDefinitionError(Exception):
+    """A tool was declared wrongly (raised at import time, for the tool author)."""
+
+
+class InvalidArguments(Exception):
+    """Arguments do not fit the tool's input schema."""
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    func: Callable[..., Any]
+    description: str
+    input_schema: dict[str, Any]
+    output_schema: dict[str, Any] | None = None
+    task: TaskPolicy = "forbidden"
+    requires_idempotency_key: bool = False
+    key_argument: str | None = None
+    annotations: dict[str, Any] | None = None
+    ttl: timedelta | None = None
+    poll_interval: timedelta | None = None
+    time_limit: float | None = None
+    # When true, the call first runs synchronously (MRTR rounds allowed) until the function
+    # calls ctx.escalate(); only then is the task created.
+    escalate: bool = False
+    title: str | None = None
+    toolset: str = ""
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def normalize_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """Validate ARGUMENTS and return them with defaults filled in and numbers normalized.
+
+        Raise InvalidArguments with a message naming the offending argument.
+        """
+        _reject_non_finite(arguments, path="arguments")
+        validator = jsonschema.Draft202012Validator(self.input_schema)
+        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        if errors:
+            first = errors[0]
+            where = ".".join(str(p) for p in first.path) or "arguments"
+            raise InvalidArguments(f"{where}: {first.message}")
+        return _normalize(arguments, self.input_schema)
+
+    def wire(self) -> dict[str, Any]:
+        """The tool as ``tools/list`` shows it."""
+        out: dict[str, Any] = {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.input_schema,
+        }
+        if self.title:
+            out["title"] = self.title
+        if self.output_schema:
+            out["outputSchema"] = self.output_schema
+        if self.annotations:
+            out["annotations"] = self.annotations
+        return out
+
+
+def _reject_non_finite(value: Any, *, path: str) -> None:
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InvalidArguments(f"{path}: NaN and infinities are not allowed")
+    if isinstance(value, dict):
+        for k, v in value.items():
+            _reject_non_finite(v, path=f"{path}.{k}")
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _reject_non_finite(v, path=f"{path}[{i}]")
+
+
+def _normalize(value: Any, schema: dict[str, Any]) -> Any:
+    kind = schema.get("type")
+    if kind == "integer" and isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, dict) and (kind == "object" or "properties" in schema):
+        props = schema.get("properties", {})
+        out = {k: _normalize(v, props.get(k, {})) for k, v in value.items()}
+        for name, prop in props.items():
+            if name not in out and "default" in prop:
+                out[name] = prop["default"]
+        return out
+    if isinstance(value, list) and isinstance(schema.get("items"), dict):
+        return [_normalize(v, schema["items"]) for v in value]
+    return value
+
+
+def _schema_from_signature(func: Callable[..., Any], name: str) -> dict[str, Any]:
+    sig = inspect.signature(func)
+    params = list(sig.parameters.values())
+    if not params:
+        raise ToolDefinitionError(f"tool {name}: the first parameter must be the ToolContext")
+    hints = typing.get_type_hints(func, include_extras=True)
+    fields: dict[str, Any] = {}
+    for param in params[1:]:
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"tool {name}: *args and **kwargs are not supported")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = pydantic.create_model(  # type: ignore[call-overload]
+        f"{name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
+    )
+    schema: dict[str, Any] = model.model_json_schema()
+    schema.pop("title", None)
+    for prop in schema.get("properties", {}).values():
+        prop.pop("title", None)
+    schema.setdefault("properties", {})
+    return schema
+
+
+def _output_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
+    hints = typing.get_type_hints(func, include_extras=True)
+    ret = hints.get("return")
+    if ret is None or ret is str or ret is type(None):
+        return None
+    try:
+        if isinstance(ret, type) and issubclass(ret, pydantic.BaseModel):
+            return ret.model_json_schema()
+        if typing.get_origin(ret) is typing.Annotated:
+            ret = typing.get_args(ret)[0]
+        if ret is dict or typing.get_origin(ret) is dict:
+            return None  # free-form structured content: no schema to promise
+        if typing.get_origin(ret) is typing.Union or ret in (int, float, bool, list):
+            return None
+        adapter = pydantic.TypeAdapter(ret)
+        schema = adapter.json_schema()
+        return schema if schema.get("type") == "object" else None
+    except pydantic.PydanticUserError:
+        return None
+
+
+class Toolset:
+    """A named group of tools (and, for toolsets that need them, prompts and resources)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.tools: dict[str, ToolSpec] = {}
+        self.prompts: dict[str, Any] = {}
+        self.resources: dict[str, Any] = {}
+
+    def tool(
+        self,
+        func: Callable[..., Any] | None = None,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        title: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | None = None,
+        task: TaskPolicy = "forbidden",
+        requires_idempotency_key: bool = False,
+        key_argument: str | None = None,
+        annotations: dict[str, Any] | None = None,
+        ttl: timedelta | None = None,
+        poll_interval: timedelta | None = None,
+        time_limit: float | None = None,
+        escalate: bool = False,
+    ) -> Any:
+        """Register FUNC (whose first parameter is a ToolContext) as a tool."""
+
+        def register(f: Callable[..., Any]) -> Callable[..., Any]:
+            tool_name = name or f.__name__
+            if task not in ("forbidden", "optional", "required"):
+                raise ToolDefinitionError(
+                    f"tool {tool_name}: task must be forbidden, optional or required"
+                )
+            if tool_name in self.tools:
+                raise ToolDefinitionError(f"tool {tool_name} is declared twice in {self.name}")
+            schema = input_schema or _schema_from_signature(f, tool_name)
+            if key_argument and key_argument not in schema.get("properties", {}):
+                raise ToolDefinitionError(
+                    f"tool {tool_name}: key_argument {key_argument!r} is not one of its arguments"
+                )
+            doc = inspect.getdoc(f) or ""
+            spec = ToolSpec(
+                name=tool_name,
+                func=f,
+                description=description or doc or tool_name,
+                title=title,
+                input_schema=schema,
+                output_schema=output_schema if output_schema is not None else _output_schema(f),
+                task=task,
+                requires_idempotency_key=requires_idempotency_key,
+                key_argument=key_argument,
+                annotations=annotations,
+                ttl=ttl,
+                poll_interval=poll_interval,
+                time_limit=time_limit,
+                escalate=escalate,
+                toolset=self.name,
+            )
+            self.tools[tool_name] = spec
+            f.tool_spec = spec  # type: ignore[attr-defined]
+            return f
+
+        return register(func) if func is not None else register
+
+
+def register_toolset(name: str, module: str) -> None:
+    """Make toolset NAME (defined in MODULE) available to TASKDESK_TOOLSETS."""
+    TOOLSET_MODULES[name] = module
+
+
+def load_toolsets(names: Iterable[str]) -> list[Toolset]:
+    loaded = []
+    for toolset_name in names:
+        module_path = TOOLSET_MODULES.get(toolset_name)
+        if module_path is None:
+            raise ToolDefinitionError(
+                f"TASKDESK_TOOLSETS names {toolset_name!r}, which is not a registered toolset "
+                f"(known: {', '.join(sorted(TOOLSET_MODULES))})"
+            )
+        module = importlib.import_module(module_path)
+        toolset = getattr(module, "tools", None)
+        if not isinstance(toolset, Toolset):
+            raise ToolDefinitionError(f"{module_path} has no `tools = Toolset(...)`")
+        loaded.append(toolset)
+    return loaded
+
+
+def enabled_toolsets() -> list[Toolset]:
+    return load_toolsets(settings.TASKDESK_TOOLSETS)
+
+
+def enabled_tools() -> dict[str, ToolSpec]:
+    tools: dict[str, ToolSpec] = {}
+    for toolset in enabled_toolsets():
+        tools.update(toolset.tools)
+    return tools
+
+
+def get_tool(name: str) -> ToolSpec | None:
+    """Return the enabled tool NAME, or None."""
+    return enabled_tools().get(name)

@@ -1,0 +1,214 @@
+"""The only code that changes ``Task.status``.
+
+Each function locks the row (``select_for_update``; on SQLite the IMMEDIATE transaction
+serializes writers instead), checks the allowed-transition table, saves with
+``update_fields``, writes a ``TaskEvent`` in the same transaction and schedules follow-up
+work on commit. The MCP handlers, the inbox, the dashboard, the admin and the Celery jobs all
+call these functions.
+
+Lock order: a Task row is always locked before any of its InputRequest or Effect rows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import transaction
+from django.utils import timezone
+
+from tasks_app import dispatch
+from tasks_app.models import TERMINAL_STATUSES, Actor, Status, Task, event
+
+ALLOWED: dict[str, set[str]] = {
+    Status.WORKING: {Status.INPUT_REQUIRED, Status.COMPLETED, Status.FAILED, Status.CANCELLED},
+    Status.INPUT_REQUIRED: {Status.WORKING, Status.COMPLETED, Status.FAILED, Status.CANCELLED},
+    Status.COMPLETED: set(),
+    Status.FAILED: set(),
+    Status.CANCELLED: set(),
+}
+
+
+class InvalidTransition(Exception):
+    def __init__(self, task: Task, to: str) -> None:
+        super().__init__(f"task {task.pk} cannot move from {task.status} to {to}")
+        self.task = task
+        self.to = to
+
+
+def is_allowed(old: str, new: str) -> bool:
+    return new in ALLOWED.get(old, set())
+
+
+def _locked(task_id: str) -> Task:
+    return Task.objects.select_for_update().get(pk=task_id)
+
+
+def _move(
+    task: Task,
+    to: str,
+    *,
+    kind: str,
+    actor_type: str,
+    actor: str,
+    fields: dict[str, Any] | None = None,
+    **detail: Any,
+) -> Task:
+    if not is_allowed(task.status, to):
+        raise InvalidTransition(task, to)
+    old = task.status
+    task.status = to
+    update = ["status", "updated_at"]
+    for name, value in (fields or {}).items():
+        setattr(task, name, value)
+        update.append(name)
+    if to in TERMINAL_STATUSES:
+        task.finished_at = timezone.now()
+        task.lease_owner, task.lease_expires_at = "", None
+        update += ["finished_at", "lease_owner", "lease_expires_at"]
+    task.save(update_fields=update)
+    event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
+    if to in TERMINAL_STATUSES:
+        _close_pending_requests(task, reason=to)
+    return task
+
+
+def _close_pending_requests(task: Task, *, reason: str) -> None:
+    # Imported here: elicitations builds on tasks_app, not the other way round.
+    from elicitations.models import RequestStatus
+
+    closed = list(
+        task.input_requests.filter(status=RequestStatus.PENDING).values_list("key", flat=True)
+    )
+    if closed:
+        task.input_requests.filter(key__in=closed).update(status=RequestStatus.CANCELLED)
+        event(task, "input_closed", actor_type=Actor.SYSTEM, keys=closed, reason=reason)
+
+
+@transaction.atomic
+def require_input(*, task_id: str, message: str = "", actor: str = "") -> Task:
+    """Move a working task to INPUT_REQUIRED (the client has a question to answer)."""
+    task = _locked(task_id)
+    return _move(
+        task,
+        Status.INPUT_REQUIRED,
+        kind="input_required",
+        actor_type=Actor.WORKER,
+        actor=actor,
+        fields={"status_message": message},
+    )
+
+
+@transaction.atomic
+def resume(*, task_id: str, actor_type: str, actor: str = "", reason: str = "answered") -> Task:
+    """Dispatch a new leg of a task whose questions were answered.
+
+    An INPUT_REQUIRED task moves back to WORKING; a WORKING task (waiting on an operator)
+    keeps its status. Raise InvalidTransition for a terminal task.
+    """
+    task = _locked(task_id)
+    if task.status == Status.INPUT_REQUIRED:
+        _move(
+            task,
+            Status.WORKING,
+            kind="resumed",
+            actor_type=actor_type,
+            actor=actor,
+            fields={"status_message": ""},
+            reason=reason,
+        )
+    elif task.status == Status.WORKING:
+        event(task, "resumed", actor_type=actor_type, actor=actor, reason=reason)
+    else:
+        raise InvalidTransition(task, Status.WORKING)
+    dispatch.enqueue(task, reason=reason)
+    return task
+
+
+@transaction.atomic
+def complete(*, task_id: str, result: dict[str, Any], actor: str = "") -> Task:
+    """Move a task to COMPLETED with RESULT (a CallToolResult; isError marks tool errors)."""
+    task = _locked(task_id)
+    return _move(
+        task,
+        Status.COMPLETED,
+        kind="completed",
+        actor_type=Actor.WORKER,
+        actor=actor,
+        fields={"result": result, "status_message": ""},
+        is_error=bool(result.get("isError")),
+    )
+
+
+@transaction.atomic
+def fail(
+    *, task_id: str, error: dict[str, Any], actor_type: str = Actor.WORKER, actor: str = ""
+) -> Task:
+    """Move a task to FAILED with a JSON-RPC error object."""
+    task = _locked(task_id)
+    return _move(
+        task,
+        Status.FAILED,
+        kind="failed",
+        actor_type=actor_type,
+        actor=actor,
+        fields={"error": error, "status_message": str(error.get("message", ""))[:2000]},
+        code=error.get("code"),
+    )
+
+
+@transaction.atomic
+def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
+    """Record a cancellation request. A task waiting for input is cancelled at once.
+
+    A working task keeps running until its leg reaches the next checkpoint (the runtime then
+    calls ``cancel``). A terminal task is left as it is; the request is still recorded.
+    """
+    task = _locked(task_id)
+    now = timezone.now()
+    first = task.cancel_requested_at is None
+    if first and not task.is_terminal:
+        task.cancel_requested_at = now
+        task.save(update_fields=["cancel_requested_at", "updated_at"])
+    event(
+        task,
+        "cancel_requested",
+        actor_type=actor_type,
+        actor=actor,
+        status=task.status,
+        first=first,
+    )
+    if task.status == Status.INPUT_REQUIRED or (
+        task.status == Status.WORKING and not task.lease_owner and first
+    ):
+        # Nothing is running (suspended for input, or not yet picked up): stop right away.
+        _move(
+            task,
+            Status.CANCELLED,
+            kind="cancelled",
+            actor_type=actor_type,
+            actor=actor,
+            work_stopped=True,
+        )
+    return task
+
+
+@transaction.atomic
+def cancel(*, task_id: str, actor: str = "") -> Task:
+    """Move a task whose cancellation was requested to CANCELLED once its work has stopped."""
+    task = _locked(task_id)
+    return _move(
+        task,
+        Status.CANCELLED,
+        kind="cancelled",
+        actor_type=Actor.WORKER,
+        actor=actor,
+        work_stopped=True,
+    )
+
+
+@transaction.atomic
+def set_status_message(*, task_id: str, message: str) -> None:
+    """Update the human-readable status line of a non-terminal task (no status change)."""
+    Task.objects.filter(pk=task_id, status__in=[Status.WORKING, Status.INPUT_REQUIRED]).update(
+        status_message=message[:2000], updated_at=timezone.now()
+    )

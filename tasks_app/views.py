@@ -1,0 +1,14 @@
+from __future__ import annotations
+
+from django.http import HttpRequest, JsonResponse
+from django.views.decorators.cache import never_cache
+from django.views.decorators.http import require_GET
+
+from tasks_app import health
+
+
+@require_GET
+@never_cache
+def healthz(request: HttpRequest) -> JsonResponse:
+    ok, body = health.report()
+    return JsonResponse(body, status=200 if ok else 503)

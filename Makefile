@@ -27,6 +27,8 @@ run: install
 	$(BIN)/python manage.py bootstrap
 	exec $(BIN)/honcho --no-colour -f Procfile -d . start -p $(PORT)
 
+# Tests keep their SQLite files, broker folder and exports apart from `make run`'s.
+test: export TASKDESK_VAR_DIR ?= $(CURDIR)/var/test
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 

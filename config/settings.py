@@ -267,7 +267,7 @@ REST_FRAMEWORK = {
 
 # --- Celery ---------------------------------------------------------------------------------
 
-BROKER_DIR = VAR_DIR / "broker"
+BROKER_DIR = Path(env_str("TASKDESK_BROKER_DIR") or VAR_DIR / "broker")
 CELERY_BROKER_URL = env_str("CELERY_BROKER_URL") or "filesystem://"
 _broker_scheme = urlsplit(CELERY_BROKER_URL).scheme
 if _broker_scheme not in {"filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp"}:

@@ -1,0 +1,113 @@
+"""Shared fixtures and personas.
+
+Personas (each says what it may do):
+- ``alice``: an MCP client in tenant ``acme``; owns tasks and answers their questions.
+- ``bob``: an MCP client in tenant ``globex``; must never see alice's tasks.
+- ``operator``: a Django user in tenant ``acme``; answers inbox questions of acme's tasks.
+- ``outsider``: a Django user in no tenant; sees nothing.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+# Keep test runs' broker folder, SQLite files and exports apart from a `make run` on the same
+# checkout. Set before Django reads its settings.
+os.environ.setdefault(
+    "TASKDESK_VAR_DIR", str(Path(__file__).resolve().parent.parent / "var" / "test")
+)
+
+import pytest
+
+from tests import services
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    services.apply_markers(items)
+
+
+@pytest.fixture(autouse=True)
+def _required_services(request: pytest.FixtureRequest) -> None:
+    missing = request.node.stash.get(services.MISSING_SERVICE, None)
+    if missing:
+        pytest.fail(
+            f"TASKDESK_REQUIRE_SERVICES is set but a required service is missing: {missing}"
+        )
+
+
+@pytest.fixture(autouse=True)
+def _test_settings(settings):  # type: ignore[no-untyped-def]
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    settings.STORAGES = {
+        "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
+        "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
+    }
+    settings.TASKDESK_TOOLSETS = ["demo", "conformance"]
+
+
+@pytest.fixture
+def acme(db):  # type: ignore[no-untyped-def]
+    from tasks_app.models import Tenant
+
+    return Tenant.objects.create(slug="acme")
+
+
+@pytest.fixture
+def alice(db):  # type: ignore[no-untyped-def]
+    from tasks_app.clients import client_get_or_create
+
+    return client_get_or_create(name="alice", tenant="acme")
+
+
+@pytest.fixture
+def alice_token(alice):  # type: ignore[no-untyped-def]
+    from tasks_app import tokens
+
+    return tokens.issue(alice)
+
+
+@pytest.fixture
+def bob(db):  # type: ignore[no-untyped-def]
+    from tasks_app.clients import client_get_or_create
+
+    return client_get_or_create(name="bob", tenant="globex")
+
+
+@pytest.fixture
+def bob_token(bob):  # type: ignore[no-untyped-def]
+    from tasks_app import tokens
+
+    return tokens.issue(bob)
+
+
+@pytest.fixture
+def operator(alice, django_user_model):  # type: ignore[no-untyped-def]
+    user = django_user_model.objects.create_user(username="olga", password="pw-olga-123")
+    alice.tenant.members.add(user)
+    return user
+
+
+@pytest.fixture
+def outsider(db, django_user_model):  # type: ignore[no-untyped-def]
+    return django_user_model.objects.create_user(username="oscar", password="pw-oscar-123")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _empty_embedded_broker():  # type: ignore[no-untyped-def]
+    """Start each run with an empty embedded queue (messages of an earlier run name gone tasks)."""
+    from django.conf import settings
+
+    if settings.CELERY_BROKER_URL.startswith("filesystem"):
+        folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
+        for message in folder.glob("*"):
+            message.unlink(missing_ok=True)
+
+
+@pytest.fixture
+def live(transactional_db):  # type: ignore[no-untyped-def]
+    """A running stack (web, worker, beat) on the test database; see tests/live.py."""
+    from tests.live import live_stack
+
+    with live_stack() as stack:
+        yield stack

@@ -1,0 +1,23 @@
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from tasks_app.models import WorkerHeartbeat
+
+
+@pytest.mark.live
+def test_a_real_worker_process_consumes_a_job_from_the_broker(live) -> None:  # type: ignore[no-untyped-def]
+    from config.celery import app
+
+    app.send_task("heartbeat_job")
+    for _ in range(100):
+        if WorkerHeartbeat.objects.exists():
+            break
+        import time
+
+        time.sleep(0.1)
+    assert WorkerHeartbeat.objects.count() == 1
+    body = httpx.get(f"{live.url}/healthz").json()
+    assert body["workers"]["ok"] is True
+    assert body["workers"]["heartbeat"] is not None

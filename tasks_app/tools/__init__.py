@@ -15,6 +15,7 @@ from tasks_app.tools.context import (
     Cancelled,
     EffectHandle,
     ProtocolError,
+    Question,
     ToolContext,
     ToolError,
 )
@@ -27,6 +28,7 @@ from tasks_app.tools.registry import (
     get_tool,
     register_toolset,
 )
+from tasks_app.tools.results import ToolResult
 
 __all__ = [
     "Answer",
@@ -34,9 +36,11 @@ __all__ = [
     "EffectHandle",
     "InvalidArguments",
     "ProtocolError",
+    "Question",
     "ToolContext",
     "ToolDefinitionError",
     "ToolError",
+    "ToolResult",
     "ToolSpec",
     "Toolset",
     "enabled_tools",

@@ -32,6 +32,19 @@ class Answer:
         return self.action == "accept"
 
 
+@dataclass(frozen=True)
+class Question:
+    """One question of ``ctx.ask_many``; the fields mean what ``ctx.ask``'s arguments mean."""
+
+    message: str
+    schema: dict[str, Any] | None = None
+    url: str | None = None
+    audience: Audience = "client"
+    deadline: datetime | timedelta | None = None
+    on_timeout: OnTimeout = "decline"
+    default: dict[str, Any] | None = None
+
+
 class EffectHandle(abc.ABC):
     """Given inside ``with ctx.effect(...) as fx``: the stable key to pass downstream."""
 
@@ -80,6 +93,22 @@ class ToolContext(abc.ABC):
         default: dict[str, Any] | None = None,
     ) -> Answer:
         """Ask a question and return its answer (suspending the task until there is one)."""
+
+    @abc.abstractmethod
+    def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
+        """Ask several questions at once (all pending together) and return every answer."""
+
+    def request_input(self, key: str, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Send a raw input request (``sampling/createMessage``, ``roots/list``) and return
+        the client's result. Only the synchronous (MRTR) path supports it."""
+        raise ToolError(f"{method} input requests are not available inside a task")
+
+    def escalate(self) -> None:
+        """From here on, run as a task (for tools declared with ``escalate=True``).
+
+        On the synchronous path the call stops here and a task is created that replays the
+        questions answered so far; inside a task this does nothing.
+        """
 
     @abc.abstractmethod
     def effect(

@@ -109,6 +109,7 @@ class ToolContext(abc.ABC):
         On the synchronous path the call stops here and a task is created that replays the
         questions answered so far; inside a task this does nothing.
         """
+        return None
 
     @abc.abstractmethod
     def effect(

@@ -1,0 +1,140 @@
+"""Settings come from the environment; a malformed value stops start-up naming the variable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    full_env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}
+    }
+    full_env.update(
+        {"TASKDESK_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"}
+    )
+    full_env.update(env)
+    return subprocess.run(
+        [sys.executable, "-c", f"import django; django.setup(); {code}"],
+        cwd=ROOT,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "expected"),
+    [
+        ("DEBUG", "maybe", "DEBUG must be a boolean"),
+        ("PORT", "eighty", "PORT must be an integer"),
+        ("TASKDESK_LEASE_SECONDS", "0", "TASKDESK_LEASE_SECONDS must be at least 1"),
+        (
+            "TASKDESK_DEMO_EXPORT_SECONDS",
+            "nan",
+            "TASKDESK_DEMO_EXPORT_SECONDS must be a finite number",
+        ),
+        (
+            "DATABASE_URL",
+            "mysql://x@localhost/db",
+            "DATABASE_URL must be a postgres:// or sqlite:// URL",
+        ),
+        (
+            "CELERY_BROKER_URL",
+            "kafka://localhost",
+            "CELERY_BROKER_URL must be redis://, amqp:// or filesystem://",
+        ),
+        (
+            "TASKDESK_ALLOWED_ORIGINS",
+            "localhost:8000",
+            "TASKDESK_ALLOWED_ORIGINS entries must look like",
+        ),
+    ],
+)
+def test_it_refuses_a_malformed_variable_naming_it(tmp_path, name, value, expected) -> None:  # type: ignore[no-untyped-def]
+    result = run_django("pass", {name: value}, tmp_path)
+    assert result.returncode != 0
+    assert "ImproperlyConfigured" in result.stderr
+    assert expected in result.stderr
+
+
+def test_it_defaults_to_sqlite_and_the_embedded_broker_with_debug_off(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    code = (
+        "from django.conf import settings as s; "
+        "print(s.DEBUG, s.DATABASES['default']['ENGINE'], s.CELERY_BROKER_URL, "
+        "s.CELERY_BROKER_TRANSPORT_OPTIONS['polling_interval'], s.ALLOWED_HOSTS, s.TASKDESK_ALLOWED_ORIGINS)"
+    )
+    result = run_django(code, {}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    debug, engine, broker, poll, rest = result.stdout.split(" ", 4)
+    assert (debug, engine, broker) == ("False", "django.db.backends.sqlite3", "filesystem://")
+    assert float(poll) <= 0.1
+    assert "['127.0.0.1', 'localhost', '[::1]']" in rest
+    assert "'http://127.0.0.1:8000', 'http://localhost:8000', 'http://[::1]:8000'" in rest
+
+
+def test_it_generates_the_secret_key_once_readable_only_by_the_owner(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {"SECRET_KEY": ""}
+    first = run_django(
+        "from django.conf import settings; print(settings.SECRET_KEY)", env, tmp_path
+    )
+    second = run_django(
+        "from django.conf import settings; print(settings.SECRET_KEY)", env, tmp_path
+    )
+    key_file = tmp_path / "secret_key"
+    assert first.stdout == second.stdout
+    assert len(first.stdout.strip()) >= 50
+    assert key_file.stat().st_mode & 0o777 == 0o600
+
+
+def test_it_generates_nothing_when_the_secret_key_is_set(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = run_django(
+        "from django.conf import settings; print(settings.SECRET_KEY)",
+        {"SECRET_KEY": "x" * 60},
+        tmp_path,
+    )
+    assert result.stdout.strip() == "x" * 60
+    assert not (tmp_path / "secret_key").exists()
+
+
+def test_host_and_port_feed_allowed_hosts_and_origins(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    code = (
+        "from django.conf import settings as s; print(s.ALLOWED_HOSTS, s.TASKDESK_ALLOWED_ORIGINS)"
+    )
+    result = run_django(code, {"HOST": "taskdesk.internal", "PORT": "9000"}, tmp_path)
+    assert "'taskdesk.internal'" in result.stdout
+    assert "'http://taskdesk.internal:9000'" in result.stdout
+
+
+def test_check_deploy_is_clean_under_production_like_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}
+    } | {
+        "TASKDESK_VAR_DIR": str(tmp_path),
+        "SECRET_KEY": "k" * 64 + "-production-like-secret-key-with-entropy-1234567890",
+        "TASKDESK_ALLOWED_HOSTS": "taskdesk.example.com",
+        "TASKDESK_ALLOWED_ORIGINS": "https://taskdesk.example.com",
+        "TASKDESK_SSL_REDIRECT": "1",
+        "TASKDESK_SECURE_COOKIES": "1",
+        "TASKDESK_HSTS_SECONDS": "31536000",
+        "TASKDESK_BEHIND_TLS_PROXY": "1",
+    }
+    result = subprocess.run(
+        [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "no issues" in result.stdout

@@ -1,0 +1,69 @@
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tasks_app.models import WorkerHeartbeat
+from tests.live import LiveStack
+
+
+def test_it_answers_200_with_each_part_named(client, db) -> None:  # type: ignore[no-untyped-def]
+    response = client.get("/healthz")
+
+    assert response.status_code == 200
+    body = response.json()
+    assert body["status"] == "ok"
+    assert body["database"]["ok"] is True
+    assert body["broker"]["ok"] is True
+    assert body["workers"] == {"ok": True, "heartbeat": None}
+    assert response["Cache-Control"].startswith("max-age=0")
+
+
+def test_it_is_exactly_that_path(client, db) -> None:  # type: ignore[no-untyped-def]
+    assert client.get("/healthz/").status_code == 404
+
+
+def test_a_stale_worker_heartbeat_makes_it_503(client, db) -> None:  # type: ignore[no-untyped-def]
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["workers"]
+    assert "last worker heartbeat" in response.json()["workers"]["error"]
+
+
+def test_a_fresh_heartbeat_is_reported(client, db) -> None:  # type: ignore[no-untyped-def]
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now())
+
+    body = client.get("/healthz").json()
+
+    assert body["workers"]["ok"] is True
+    assert body["workers"]["age_seconds"] < 5
+
+
+@pytest.mark.live
+def test_an_unreachable_broker_makes_it_503_naming_the_broker(transactional_db) -> None:  # type: ignore[no-untyped-def]
+    # A server whose broker points at a closed port: the database is fine, the broker is not.
+    stack = LiveStack(env={"CELERY_BROKER_URL": "redis://127.0.0.1:9/0"}, worker=False, beat=False)
+    try:
+        stack.start(wait=False)
+        import time
+
+        import httpx
+
+        for _ in range(100):
+            try:
+                response = httpx.get(f"{stack.url}/healthz", timeout=10)
+                break
+            except httpx.TransportError:
+                time.sleep(0.2)
+        assert response.status_code == 503
+        body = response.json()
+        assert body["failing"] == ["broker"]
+        assert body["database"]["ok"] is True
+        assert body["broker"]["transport"] == "redis"
+    finally:
+        stack.close()

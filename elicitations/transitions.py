@@ -1,0 +1,450 @@
+"""The only code that changes an ``InputRequest``'s status.
+
+Every change writes a ``TaskEvent`` on the request's task in the same transaction. The MCP
+handlers (``tasks/update``, the MRTR retry, the 2025 ``elicitation/create`` response), the
+inbox views, the deadline job and the task runtime all call these functions.
+
+Lock order: the Task row first, then its InputRequest rows (the same order as
+``tasks_app.transitions``, which closes pending requests when a task ends). Answers for one
+task are therefore serialized on the task row, so two answers can never both see a request
+pending and the last answer of a task dispatches exactly one new leg.
+"""
+
+from __future__ import annotations
+
+import enum
+import secrets
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from elicitations import schemas
+from elicitations.models import (
+    Audience,
+    Channel,
+    InputRequest,
+    Mode,
+    OnTimeout,
+    RequestStatus,
+)
+from elicitations.schemas import UnsupportedSchema
+from tasks_app import transitions as task_transitions
+from tasks_app.models import Actor, Client, Task, event
+
+EMPTY_FORM: dict[str, Any] = {"type": "object", "properties": {}}
+ACTIONS = {
+    "accept": RequestStatus.ANSWERED,
+    "decline": RequestStatus.DECLINED,
+    "cancel": RequestStatus.CANCELLED,
+}
+CLIENT_CHANNELS = frozenset({Channel.TASKS_UPDATE, Channel.MRTR_RETRY, Channel.LEGACY_ELICIT})
+OPERATOR_CHANNELS = frozenset({Channel.INBOX})
+
+
+class TaskClosed(ValueError):
+    """A question was asked for a task that has already ended."""
+
+
+class Outcome(enum.StrEnum):
+    RECORDED = "recorded"  # this answer won and is now the request's answer
+    ALREADY_ANSWERED = "already_answered"  # someone answered first; nothing changed
+    INVALID = "invalid"  # the answer does not fit the schema; the request stays pending
+    UNKNOWN_KEY = "unknown_key"  # no such request on this task
+    NOT_ALLOWED = "not_allowed"  # this channel's party may not answer this request
+
+
+@dataclass(frozen=True)
+class AnswerOutcome:
+    outcome: Outcome
+    request: InputRequest | None = None
+    errors: tuple[str, ...] = ()
+    # True when this answer was the task's last pending one and a new leg was dispatched.
+    resumed: bool = False
+
+    @property
+    def recorded(self) -> bool:
+        return self.outcome is Outcome.RECORDED
+
+
+# --- asking -----------------------------------------------------------------------------------
+
+
+def mint_key(task: Task) -> str:
+    # The shape MCP servers commonly use ("<task id>:<16 hex>"); 64 random bits plus the
+    # (task, key) unique constraint keep a key from ever naming two requests of one task.
+    return f"{task.pk}:{secrets.token_hex(8)}"
+
+
+def _check_question(
+    *,
+    mode: str,
+    schema: dict[str, Any] | None,
+    url: str,
+    audience: str,
+    on_timeout: str,
+    default: dict[str, Any] | None,
+) -> dict[str, Any] | None:
+    if mode not in Mode.values:
+        raise UnsupportedSchema(f"mode must be form or url, not {mode!r}")
+    if audience not in Audience.values:
+        raise UnsupportedSchema(f"audience must be client, operator or any, not {audience!r}")
+    if on_timeout not in OnTimeout.values:
+        raise UnsupportedSchema(f"on_timeout must be decline, default or fail, not {on_timeout!r}")
+    if mode == Mode.URL:
+        if schema is not None:
+            raise UnsupportedSchema("a URL-mode question has a url, not a schema")
+        if not url.startswith(("https://", "http://")):
+            raise UnsupportedSchema(f"a URL-mode question needs an http(s) url, not {url!r}")
+        if audience == Audience.OPERATOR:
+            # URL-mode consent happens in the MCP client; the inbox never offers it.
+            raise UnsupportedSchema("a URL-mode question can only be asked of the client")
+        if on_timeout == OnTimeout.DEFAULT:
+            raise UnsupportedSchema("a URL-mode question has no default answer")
+        return None
+    if url:
+        raise UnsupportedSchema("a form-mode question has a schema, not a url")
+    schema = EMPTY_FORM if schema is None else schema
+    schemas.check_form_schema(schema)
+    if on_timeout == OnTimeout.DEFAULT:
+        if default is None:
+            raise UnsupportedSchema('on_timeout="default" needs a default answer')
+        problems = schemas.validate_answer(schema, default)
+        if problems:
+            raise UnsupportedSchema(f"the default answer does not fit the schema: {problems[0]}")
+    return schema
+
+
+def _aware(deadline: datetime | timedelta | None) -> datetime | None:
+    if isinstance(deadline, timedelta):
+        return timezone.now() + deadline
+    if deadline is not None and timezone.is_naive(deadline):
+        raise UnsupportedSchema("deadline must be a timezone-aware datetime or a timedelta")
+    return deadline
+
+
+@transaction.atomic
+def open_request(
+    *,
+    task: Task,
+    ask_key: str,
+    mode: str = Mode.FORM,
+    message: str,
+    schema: dict[str, Any] | None = None,
+    url: str = "",
+    audience: str = Audience.CLIENT,
+    deadline: datetime | timedelta | None = None,
+    on_timeout: str = OnTimeout.DECLINE,
+    default: dict[str, Any] | None = None,
+) -> InputRequest:
+    """Record a pending question of TASK and write an ``input_requested`` event.
+
+    Raise UnsupportedSchema (naming the property and the rule) for a schema outside MCP's
+    form subset, or an inconsistent question; raise TaskClosed if the task has ended. The
+    caller moves the task to input_required (``tasks_app.transitions.require_input``).
+    """
+    checked = _check_question(
+        mode=mode,
+        schema=schema,
+        url=url,
+        audience=audience,
+        on_timeout=on_timeout,
+        default=default,
+    )
+    when = _aware(deadline)
+    locked = Task.objects.select_for_update().get(pk=task.pk)
+    if locked.is_terminal:
+        raise TaskClosed(f"task {task.pk} is {locked.status}; it cannot ask {ask_key!r}")
+    request = InputRequest.objects.create(
+        task=locked,
+        key=mint_key(locked),
+        ask_key=ask_key,
+        mode=mode,
+        message=message,
+        requested_schema=checked,
+        url=url,
+        audience=audience,
+        deadline=when,
+        on_timeout=on_timeout,
+        default_answer=default if on_timeout == OnTimeout.DEFAULT else None,
+    )
+    event(
+        locked,
+        "input_requested",
+        actor_type=Actor.WORKER,
+        key=request.key,
+        ask_key=ask_key,
+        mode=mode,
+        audience=audience,
+        deadline=when.isoformat() if when else None,
+        on_timeout=on_timeout,
+    )
+    return request
+
+
+# --- answering --------------------------------------------------------------------------------
+
+
+def _party(
+    *, task: Task, channel: str, client: Client | None, user: AbstractBaseUser | None
+) -> tuple[str, str]:
+    """(actor_type, actor) for the timeline."""
+    if channel in OPERATOR_CHANNELS:
+        return Actor.OPERATOR, user.get_username() if user is not None else ""
+    return Actor.CLIENT, (client or task.client).name
+
+
+def _refusal(
+    request: InputRequest, *, channel: str, client: Client | None, user: AbstractBaseUser | None
+) -> str | None:
+    """Why this channel's party may not answer REQUEST (None when it may)."""
+    task = request.task
+    if channel in CLIENT_CHANNELS:
+        if request.audience == Audience.OPERATOR:
+            return "this question is for an operator"
+        if client is not None and client.pk != task.client_id:
+            return "the task belongs to another client"
+        return None
+    if channel in OPERATOR_CHANNELS:
+        if request.audience == Audience.CLIENT:
+            return "this question is for the MCP client"
+        if request.mode == Mode.URL:
+            return "URL-mode questions are answered in the MCP client"
+        if user is None or not user.is_active:
+            return "no operator"
+        if (
+            not getattr(user, "is_superuser", False)
+            and not task.client.tenant.members.filter(pk=user.pk).exists()
+        ):
+            return "the operator is not a member of the task's tenant"
+        return None
+    return f"{channel!r} is not an answer channel"
+
+
+def _check_response(request: InputRequest, response: Any) -> tuple[str, dict[str, Any], list[str]]:
+    """(action, stored answer, errors) for an MCP ElicitResult."""
+    if not isinstance(response, dict):
+        return "", {}, ["the answer must be an object with an action"]
+    action = response.get("action")
+    if action not in ACTIONS:
+        return "", {}, [f"action must be accept, decline or cancel, not {action!r}"]
+    if action != "accept" or request.mode == Mode.URL:
+        # content belongs only to a form-mode accept (MCP ElicitResult); anything else is dropped.
+        return action, {"action": action}, []
+    content = response.get("content", {})
+    errors = schemas.validate_answer(request.requested_schema or EMPTY_FORM, content)
+    return action, {"action": action, "content": content}, errors
+
+
+def answer(
+    *,
+    task: Task,
+    key: str,
+    response: dict[str, Any],
+    channel: str,
+    client: Client | None = None,
+    user: AbstractBaseUser | None = None,
+) -> AnswerOutcome:
+    """Answer TASK's question KEY with RESPONSE (an MCP ElicitResult) through CHANNEL.
+
+    The first valid answer wins (compare-and-set on the pending request); a later one changes
+    nothing and is recorded. An invalid answer leaves the request pending, is recorded and,
+    on a client channel, becomes the task's status message. When no question of the task is
+    left pending, the task resumes and a new leg is dispatched.
+    """
+    with transaction.atomic():
+        locked = Task.objects.select_for_update().select_related("client__tenant").get(pk=task.pk)
+        request = (
+            InputRequest.objects.select_for_update()
+            .select_related("answered_by_user", "answered_by_client")
+            .filter(task=locked, key=key)
+            .first()
+        )
+        if request is None:
+            # Unknown keys are ignored (MCP: tasks/update SHOULD ignore them); nothing to record.
+            return AnswerOutcome(Outcome.UNKNOWN_KEY)
+        request.task = locked
+        actor_type, actor = _party(task=locked, channel=channel, client=client, user=user)
+        refusal = _refusal(request, channel=channel, client=client, user=user)
+        if refusal:
+            event(
+                locked,
+                "input_answer_refused",
+                actor_type=actor_type,
+                actor=actor,
+                key=key,
+                channel=channel,
+                reason=refusal,
+            )
+            return AnswerOutcome(Outcome.NOT_ALLOWED, request, (refusal,))
+        action, stored, errors = _check_response(request, response)
+        if request.status != RequestStatus.PENDING:
+            return _late(locked, request, action, channel=channel, actor=(actor_type, actor))
+        if errors:
+            return _invalid(locked, request, errors, channel=channel, actor=(actor_type, actor))
+        won = _settle(
+            request,
+            status=ACTIONS[action],
+            answer=stored,
+            channel=channel,
+            client=(client or locked.client) if actor_type == Actor.CLIENT else None,
+            user=user if actor_type == Actor.OPERATOR else None,
+        )
+        if not won:  # unreachable while the task row is locked; kept as the CAS guard
+            request.refresh_from_db()
+            return _late(locked, request, action, channel=channel, actor=(actor_type, actor))
+        event(
+            locked,
+            "input_answered",
+            actor_type=actor_type,
+            actor=actor,
+            key=key,
+            action=action,
+            channel=channel,
+            content=stored.get("content"),
+        )
+        resumed = _resume_if_done(locked, actor_type=actor_type, actor=actor)
+        return AnswerOutcome(Outcome.RECORDED, request, resumed=resumed)
+
+
+def _settle(
+    request: InputRequest,
+    *,
+    status: str,
+    answer: dict[str, Any],
+    channel: str,
+    client: Client | None = None,
+    user: AbstractBaseUser | None = None,
+) -> bool:
+    """Compare-and-set REQUEST from pending to STATUS. Return whether this call won."""
+    now = timezone.now()
+    won = InputRequest.objects.filter(pk=request.pk, status=RequestStatus.PENDING).update(
+        status=status,
+        answer=answer,
+        channel=channel,
+        answered_at=now,
+        answered_by_client=client,
+        answered_by_user=user,
+    )
+    if won:
+        request.status, request.answer, request.channel = status, answer, channel
+        request.answered_at = now
+        request.answered_by_client, request.answered_by_user = client, user  # type: ignore[assignment]
+    return bool(won)
+
+
+def _late(
+    task: Task, request: InputRequest, action: str, *, channel: str, actor: tuple[str, str]
+) -> AnswerOutcome:
+    event(
+        task,
+        "input_answer_ignored",
+        actor_type=actor[0],
+        actor=actor[1],
+        key=request.key,
+        action=action or None,
+        channel=channel,
+        reason=f"already {request.status}",
+        answered_by=answered_by(request),
+    )
+    return AnswerOutcome(Outcome.ALREADY_ANSWERED, request)
+
+
+def _invalid(
+    task: Task, request: InputRequest, errors: list[str], *, channel: str, actor: tuple[str, str]
+) -> AnswerOutcome:
+    event(
+        task,
+        "input_answer_rejected",
+        actor_type=actor[0],
+        actor=actor[1],
+        key=request.key,
+        channel=channel,
+        errors=errors,
+    )
+    if channel in CLIENT_CHANNELS:
+        task_transitions.set_status_message(
+            task_id=task.pk,
+            message=f"The answer to {request.key} was not accepted: {'; '.join(errors)}",
+        )
+    return AnswerOutcome(Outcome.INVALID, request, tuple(errors))
+
+
+def _resume_if_done(task: Task, *, actor_type: str, actor: str, reason: str = "answered") -> bool:
+    if task.is_terminal or task.input_requests.filter(status=RequestStatus.PENDING).exists():
+        return False
+    task_transitions.resume(task_id=task.pk, actor_type=actor_type, actor=actor, reason=reason)
+    return True
+
+
+def answered_by(request: InputRequest) -> str:
+    """Who settled REQUEST, for people: an operator's username, a client's name, or a rule."""
+    if request.answered_by_user is not None:
+        return request.answered_by_user.get_username()
+    if request.answered_by_client is not None:
+        return request.answered_by_client.name
+    if request.channel == Channel.DEADLINE:
+        return "the deadline"
+    return ""
+
+
+# --- deadlines --------------------------------------------------------------------------------
+
+
+def expire_overdue(now: datetime | None = None) -> int:
+    """Apply the on-timeout policy of every pending request past its deadline.
+
+    ``decline`` answers it as declined, ``default`` accepts its default answer, ``fail`` ends
+    the task failed. The request becomes ``expired`` either way; its ``answer`` holds what the
+    tool receives. Return how many requests expired.
+    """
+    now = now or timezone.now()
+    overdue = list(
+        InputRequest.objects.filter(status=RequestStatus.PENDING, deadline__lte=now)
+        .order_by("deadline")
+        .values_list("pk", "task_id")
+    )
+    return sum(_expire_one(request_id, task_id, now) for request_id, task_id in overdue)
+
+
+@transaction.atomic
+def _expire_one(request_id: int, task_id: str, now: datetime) -> bool:
+    locked = Task.objects.select_for_update().get(pk=task_id)  # Task first, then the request
+    request = InputRequest.objects.select_for_update().get(pk=request_id)
+    if (
+        request.status != RequestStatus.PENDING
+        or request.deadline is None
+        or request.deadline > now
+    ):
+        return False  # answered (or closed) since the scan
+    policy = request.on_timeout
+    if policy == OnTimeout.DEFAULT:
+        stored: dict[str, Any] = {"action": "accept", "content": request.default_answer or {}}
+    else:
+        stored = {"action": "decline"}
+    _settle(request, status=RequestStatus.EXPIRED, answer=stored, channel=Channel.DEADLINE)
+    event(
+        locked,
+        "input_expired",
+        actor_type=Actor.SYSTEM,
+        key=request.key,
+        on_timeout=policy,
+        deadline=request.deadline.isoformat(),
+        content=stored.get("content"),
+    )
+    if policy == OnTimeout.FAIL:
+        task_transitions.fail(
+            task_id=locked.pk,
+            error={
+                "code": -32603,
+                "message": f"No answer to {request.ask_key!r} before its deadline "
+                f"({request.deadline.isoformat()})",
+            },
+            actor_type=Actor.SYSTEM,
+        )
+    else:
+        _resume_if_done(locked, actor_type=Actor.SYSTEM, actor="", reason="deadline")
+    return True

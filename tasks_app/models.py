@@ -224,6 +224,9 @@ class Dispatch(models.Model):
     created_at = models.DateTimeField(auto_now_add=True)
     published_at = models.DateTimeField(null=True, blank=True)
     attempts = models.IntegerField(default=0)
+    # Set by the leg that received this record's message: a second delivery of the same
+    # message (broker redelivery, a record published twice) finds it set and does nothing.
+    consumed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         indexes = [
@@ -237,6 +240,23 @@ class Dispatch(models.Model):
 
     def __str__(self) -> str:
         return f"dispatch {self.task_id} ({self.reason})"
+
+
+class DemoRefund(models.Model):
+    """The demo toolset's stand-in for a payment provider's refunds (``refund_payment``).
+
+    The unique downstream key is what makes a second refund of one task impossible, however
+    the rest of the system failed: the provider refuses a key it has already seen.
+    """
+
+    downstream_key = models.CharField(max_length=300, unique=True)
+    payment_id = models.CharField(max_length=200)
+    amount_cents = models.BigIntegerField()
+    reason = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    def __str__(self) -> str:
+        return f"refund {self.pk} of {self.payment_id}"
 
 
 class WorkerHeartbeat(models.Model):

@@ -12,10 +12,12 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
+# Variables `make` exports that would mask the ones a test sets.
+_INHERITED = {"DATABASE_URL", "CELERY_BROKER_URL", "HOST", "PORT", "TASKDESK_PORT"}
+
+
 def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
-    full_env = {
-        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}
-    }
+    full_env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
     full_env.update(
         {"TASKDESK_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"}
     )
@@ -115,9 +117,7 @@ def test_host_and_port_feed_allowed_hosts_and_origins(tmp_path) -> None:  # type
 
 
 def test_check_deploy_is_clean_under_production_like_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    env = {
-        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "CELERY_BROKER_URL"}
-    } | {
+    env = {k: v for k, v in os.environ.items() if k not in _INHERITED} | {
         "TASKDESK_VAR_DIR": str(tmp_path),
         "SECRET_KEY": "k" * 64 + "-production-like-secret-key-with-entropy-1234567890",
         "TASKDESK_ALLOWED_HOSTS": "taskdesk.example.com",

@@ -309,6 +309,11 @@ CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},
     "heartbeat": {"task": "heartbeat_job", "schedule": timedelta(seconds=10)},
     "purge-expired": {"task": "purge_expired_job", "schedule": timedelta(minutes=5)},
+    # Input-request deadlines are applied within one sweep interval of passing.
+    "expire-input-requests": {
+        "task": "expire_input_requests_job",
+        "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS),
+    },
 }
 
 # --- Taskdesk ---------------------------------------------------------------------------------

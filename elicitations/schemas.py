@@ -97,7 +97,7 @@ def _check_property(name: str, prop: Any) -> None:
     shape = _shape(name, prop)
     extra = sorted(set(prop) - ALLOWED_KEYS[shape] - {"enum", "oneOf"})
     if extra:
-        raise _fail(name, f"{', '.join(extra)} not allowed on a {_SHAPE_NAMES[shape]} field")
+        raise _fail(name, f"{', '.join(extra)} not allowed on {_SHAPE_NAMES[shape]} field")
     for text_key in ("title", "description"):
         if text_key in prop and not isinstance(prop[text_key], str):
             raise _fail(name, f"{text_key} must be a string")
@@ -107,12 +107,12 @@ def _check_property(name: str, prop: Any) -> None:
 
 
 _SHAPE_NAMES = {
-    "string": "string",
-    "number": "number",
-    "integer": "integer",
-    "boolean": "boolean",
-    "single_select": "single-select (enum/oneOf)",
-    "multi_select": "multi-select (array)",
+    "string": "a string",
+    "number": "a number",
+    "integer": "an integer",
+    "boolean": "a boolean",
+    "single_select": "a single-select (enum/oneOf)",
+    "multi_select": "a multi-select (array)",
 }
 
 

@@ -256,9 +256,14 @@ def answer(
     left pending, the task resumes and a new leg is dispatched.
     """
     with transaction.atomic():
-        locked = Task.objects.select_for_update().select_related("client__tenant").get(pk=task.pk)
+        # of=("self",): lock only the task row, not its client's and tenant's rows.
+        locked = (
+            Task.objects.select_for_update(of=("self",))
+            .select_related("client__tenant")
+            .get(pk=task.pk)
+        )
         request = (
-            InputRequest.objects.select_for_update()
+            InputRequest.objects.select_for_update(of=("self",))
             .select_related("answered_by_user", "answered_by_client")
             .filter(task=locked, key=key)
             .first()

@@ -326,6 +326,11 @@ TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600
 TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)
 TASKDESK_LEASE_SECONDS = env_int("TASKDESK_LEASE_SECONDS", 30, minimum=1)
 TASKDESK_DISPATCH_GRACE_SECONDS = env_float("TASKDESK_DISPATCH_GRACE_SECONDS", 3.0, minimum=0)
+# A published record that no leg consumed after this long is published again (its message
+# may have been lost by the broker); a duplicate is harmless.
+TASKDESK_DISPATCH_REPUBLISH_SECONDS = env_float(
+    "TASKDESK_DISPATCH_REPUBLISH_SECONDS", 120.0, minimum=1
+)
 TASKDESK_SYNC_WAIT_SECONDS = env_float("TASKDESK_SYNC_WAIT_SECONDS", 60.0, minimum=0)
 TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=5)
 TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")

@@ -235,7 +235,14 @@ class Dispatch(models.Model):
                 fields=["created_at"],
                 condition=Q(published_at__isnull=True),
                 name="dispatch_unpublished",
-            )
+            ),
+            # The sweeper's other query: published records no leg consumed (the broker may
+            # have lost their message). Consumed records leave this index.
+            models.Index(
+                fields=["published_at"],
+                condition=Q(consumed_at__isnull=True, published_at__isnull=False),
+                name="dispatch_unconsumed",
+            ),
         ]
 
     def __str__(self) -> str:

@@ -91,3 +91,23 @@ class InputRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"
+
+    @property
+    def is_pending(self) -> bool:
+        return self.status == RequestStatus.PENDING
+
+    @property
+    def answered_by(self) -> str:
+        """Who settled the request, for people: an operator, a client, or the deadline."""
+        if self.answered_by_user is not None:
+            return self.answered_by_user.get_username()
+        if self.answered_by_client is not None:
+            return self.answered_by_client.name
+        if self.channel == Channel.DEADLINE:
+            return "the deadline"
+        return ""
+
+    @property
+    def action(self) -> str:
+        """The answer's action (accept, decline or cancel), or "" while none was given."""
+        return str((self.answer or {}).get("action", ""))

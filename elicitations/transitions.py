@@ -353,7 +353,7 @@ def _late(
         action=action or None,
         channel=channel,
         reason=f"already {request.status}",
-        answered_by=answered_by(request),
+        answered_by=request.answered_by,
     )
     return AnswerOutcome(Outcome.ALREADY_ANSWERED, request)
 
@@ -383,17 +383,6 @@ def _resume_if_done(task: Task, *, actor_type: str, actor: str, reason: str = "a
         return False
     task_transitions.resume(task_id=task.pk, actor_type=actor_type, actor=actor, reason=reason)
     return True
-
-
-def answered_by(request: InputRequest) -> str:
-    """Who settled REQUEST, for people: an operator's username, a client's name, or a rule."""
-    if request.answered_by_user is not None:
-        return request.answered_by_user.get_username()
-    if request.answered_by_client is not None:
-        return request.answered_by_client.name
-    if request.channel == Channel.DEADLINE:
-        return "the deadline"
-    return ""
 
 
 # --- deadlines --------------------------------------------------------------------------------

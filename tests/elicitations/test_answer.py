@@ -101,7 +101,7 @@ def test_a_second_answer_changes_nothing_and_is_recorded(
 
     assert outcome.outcome is Outcome.ALREADY_ANSWERED
     assert outcome.request is not None
-    assert transitions.answered_by(outcome.request) == "olga"
+    assert outcome.request.answered_by == "olga"
     row = InputRequest.objects.get(pk=request.pk)
     assert (row.status, row.answer, row.answered_by_user) == ("answered", APPROVE, operator)
     ignored = TaskEvent.objects.get(task=task, kind="input_answer_ignored")

@@ -1,3 +1,12 @@
 from __future__ import annotations
 
-urlpatterns: list = []
+from django.urls import path
+
+from elicitations import views
+
+app_name = "elicitations"
+
+urlpatterns = [
+    path("inbox/", views.inbox, name="inbox"),
+    path("inbox/<int:request_id>/", views.answer, name="answer"),
+]

@@ -25,3 +25,16 @@ def tasks_visible_to(user) -> QuerySet[Task]:  # type: ignore[no-untyped-def]
     if user.is_superuser:
         return qs
     return qs.filter(client__tenant__members=user)
+
+
+def task_get_for_operator(*, user, task_id: str) -> Task:  # type: ignore[no-untyped-def]
+    """Return task TASK_ID if USER may see it (its tenant's member, or a superuser).
+
+    Raise TaskNotFound otherwise: another tenant's task looks exactly like a missing one.
+    """
+    if not user.is_authenticated or not user.is_active:
+        raise TaskNotFound(task_id)
+    try:
+        return tasks_visible_to(user).get(pk=task_id)
+    except (Task.DoesNotExist, ValueError):
+        raise TaskNotFound(task_id) from None

@@ -1,0 +1,85 @@
+"""Reads of input requests for the operator pages. The tenant check lives here.
+
+An operator sees the questions of the tenants they belong to (``Tenant.members``); a
+superuser sees every tenant's. Only form-mode questions meant for an operator (audience
+``operator`` or ``any``) belong in the inbox: client-only and URL-mode questions are
+answered in the MCP client.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.db.models import F, QuerySet
+from django.utils import timezone
+
+from elicitations.models import Audience, InputRequest, Mode, RequestStatus
+from tasks_app.models import TERMINAL_STATUSES
+
+OPERATOR_AUDIENCES = (Audience.OPERATOR, Audience.ANY)
+
+
+class InputRequestNotFound(Exception):
+    pass
+
+
+def _for_operator(user: AbstractBaseUser | AnonymousUser) -> QuerySet[InputRequest]:
+    qs = InputRequest.objects.filter(mode=Mode.FORM, audience__in=OPERATOR_AUDIENCES)
+    if not user.is_authenticated or not user.is_active:
+        return qs.none()
+    if getattr(user, "is_superuser", False):
+        return qs
+    return qs.filter(task__client__tenant__members=user)
+
+
+def inbox_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[InputRequest]:
+    """Pending questions USER may answer, most urgent deadline first (no deadline last)."""
+    return (
+        _for_operator(user)
+        .filter(status=RequestStatus.PENDING)
+        .exclude(task__status__in=TERMINAL_STATUSES)
+        .select_related("task__client__tenant")
+        .order_by(F("deadline").asc(nulls_last=True), "created_at", "pk")
+    )
+
+
+def inbox_count(*, user: AbstractBaseUser | AnonymousUser) -> int:
+    return inbox_for(user=user).count()
+
+
+def inbox_version(requests: list[InputRequest]) -> str:
+    """A short token that changes when the listed requests change (or a minute passes).
+
+    The inbox's poll sends it back; an unchanged token is answered 204, so an idle inbox
+    costs one small query every few seconds. The minute is part of it so ages stay fresh.
+    """
+    minute = timezone.now().strftime("%Y%m%d%H%M")
+    ids = ",".join(str(r.pk) for r in requests)
+    return hashlib.sha256(f"{minute}|{ids}".encode()).hexdigest()[:16]
+
+
+def input_request_get_for_operator(
+    *, user: AbstractBaseUser | AnonymousUser, request_id: int
+) -> InputRequest:
+    """Return an inbox question USER may see, in any status. Raise InputRequestNotFound.
+
+    Another tenant's question, a client-only one and a URL-mode one all look missing.
+    """
+    try:
+        return (
+            _for_operator(user)
+            .select_related("task__client__tenant", "answered_by_user", "answered_by_client")
+            .get(pk=request_id)
+        )
+    except (InputRequest.DoesNotExist, ValueError, TypeError):
+        raise InputRequestNotFound(request_id) from None
+
+
+def input_requests_of_task(*, task_id: str) -> QuerySet[InputRequest]:
+    """Every question of a task (the caller has already checked access to the task)."""
+    return (
+        InputRequest.objects.filter(task_id=task_id)
+        .select_related("answered_by_user", "answered_by_client")
+        .order_by("created_at", "pk")
+    )

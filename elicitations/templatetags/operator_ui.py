@@ -1,0 +1,64 @@
+"""Template helpers for the operator pages.
+
+Everything here returns plain strings that the template engine escapes: tool and client
+text (arguments, messages, results) is untrusted and is never marked safe.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django import template
+from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.utils import timezone
+from django.utils.timesince import timesince
+
+from elicitations import selectors
+
+register = template.Library()
+
+SUMMARY_LIMIT = 80
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@register.filter
+def argument_summary(arguments: Any, limit: int = SUMMARY_LIMIT) -> list[tuple[str, str]]:
+    """(name, value) pairs of a task's arguments, each value cut to LIMIT characters."""
+    if not isinstance(arguments, Mapping):
+        return [("", _cut(json.dumps(arguments, ensure_ascii=False), limit))]
+    return [
+        (
+            str(name),
+            _cut(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), limit),
+        )
+        for name, value in arguments.items()
+    ]
+
+
+@register.filter
+def age(moment: datetime | None) -> str:
+    """How long ago MOMENT was, for people: "just now", "5 minutes ago"."""
+    if moment is None:
+        return ""
+    if timezone.now() - moment < timedelta(minutes=1):
+        return "just now"
+    return f"{timesince(moment)} ago"
+
+
+@register.filter
+def pretty_json(value: Any) -> str:
+    return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+@register.simple_tag
+def inbox_count_for(user: AbstractBaseUser | AnonymousUser) -> int:
+    """How many questions wait for USER in the inbox (0 for anonymous visitors)."""
+    if not user.is_authenticated:
+        return 0
+    return selectors.inbox_count(user=user)

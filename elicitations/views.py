@@ -1,0 +1,123 @@
+"""The operator inbox: pending questions, and the answer form of each.
+
+Views stay thin: selectors decide what the operator may see, ``transitions.answer`` decides
+whether an answer counts. Tool and client text reaches the templates as plain strings, which
+the template engine escapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.contrib import messages
+from django.contrib.auth.decorators import login_required
+from django.http import Http404, HttpRequest, HttpResponse
+from django.shortcuts import redirect, render
+from django.utils import timezone
+from django.views.decorators.http import require_GET, require_http_methods
+from django_htmx.http import trigger_client_event
+from django_htmx.middleware import HtmxDetails
+
+from elicitations import selectors, transitions
+from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm
+from elicitations.models import Channel, InputRequest
+from elicitations.transitions import Outcome
+
+# Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
+INBOX_CHANGED = "inbox-changed"
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+
+
+@require_GET
+@login_required
+def inbox(request: HtmxHttpRequest) -> HttpResponse:
+    pending = list(selectors.inbox_for(user=request.user))
+    version = selectors.inbox_version(pending)
+    if request.htmx and request.GET.get("since") == version:
+        return HttpResponse(status=204)  # nothing changed: htmx leaves the list as it is
+    template = "elicitations/inbox.html"
+    if request.htmx:
+        template += "#inbox_list"
+    context = {"pending": pending, "version": version, "nav": "inbox"}
+    return render(request, template, context)
+
+
+@require_http_methods(["GET", "POST"])
+@login_required
+def answer(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
+    try:
+        question = selectors.input_request_get_for_operator(
+            user=request.user, request_id=request_id
+        )
+    except selectors.InputRequestNotFound:
+        raise Http404("No such question in your inbox.") from None
+    if request.method == "POST":
+        return _submit(request, question)
+    form = AnswerForm(question.requested_schema) if question.is_pending else None
+    return _page(request, question, form=form)
+
+
+def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
+    action = request.POST.get(ACTION_FIELD, "")
+    form = AnswerForm(question.requested_schema, data=request.POST)
+    if action not in ACTIONS:
+        form.is_valid()
+        form.add_error(None, "Choose Accept, Decline or Cancel.")
+        return _page(request, question, form=form, status=400)
+    response: dict[str, Any] = {"action": action}
+    if action == "accept" and question.is_pending:
+        if not form.is_valid():
+            return _page(request, question, form=form)
+        response["content"] = form.content()
+    outcome = transitions.answer(
+        task=question.task,
+        key=question.key,
+        response=response,
+        channel=Channel.INBOX,
+        user=request.user,
+    )
+    if outcome.outcome is Outcome.RECORDED:
+        return _answered(request, outcome.request or question)
+    if outcome.outcome is Outcome.ALREADY_ANSWERED:
+        return _page(request, outcome.request or question, form=None, already=True)
+    if outcome.outcome is Outcome.INVALID:
+        for error in outcome.errors:
+            form.add_error(None, error)
+        return _page(request, question, form=form)
+    raise Http404("No such question in your inbox.")  # refused or gone: as if never there
+
+
+def _answered(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
+    verb = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}[question.action]
+    if request.htmx:
+        response = _page(request, question, form=None, done=verb)
+        trigger_client_event(response, INBOX_CHANGED)
+        return response
+    messages.success(request, f"You {verb} the question of {question.task.tool_name}.")
+    return redirect("elicitations:inbox")
+
+
+def _page(
+    request: HtmxHttpRequest,
+    question: InputRequest,
+    *,
+    form: AnswerForm | None,
+    already: bool = False,
+    done: str = "",
+    status: int = 200,
+) -> HttpResponse:
+    # The same fragment fills the inbox's side panel (htmx) and the stand-alone page.
+    template = "elicitations/_answer_form.html" if request.htmx else "elicitations/answer.html"
+    context = {
+        "question": question,
+        "task": question.task,
+        "form": form,
+        "already": already,
+        "done": done,
+        "now": timezone.now(),
+        "nav": "inbox",
+    }
+    return render(request, template, context, status=status)

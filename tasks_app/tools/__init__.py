@@ -13,6 +13,7 @@ from __future__ import annotations
 from tasks_app.tools.context import (
     Answer,
     Cancelled,
+    EffectFailed,
     EffectHandle,
     ProtocolError,
     Question,
@@ -33,6 +34,7 @@ from tasks_app.tools.results import ToolResult
 __all__ = [
     "Answer",
     "Cancelled",
+    "EffectFailed",
     "EffectHandle",
     "InvalidArguments",
     "ProtocolError",

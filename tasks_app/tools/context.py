@@ -46,9 +46,16 @@ class Question:
 
 
 class EffectHandle(abc.ABC):
-    """Given inside ``with ctx.effect(...) as fx``: the stable key to pass downstream."""
+    """Given inside ``with ctx.effect(...) as fx``: the stable key to pass downstream.
+
+    ``done`` is true when the effect already happened on an earlier leg (recorded, verified
+    or reconciled): a ``with`` block cannot skip its own body, so the body must check it
+    (``if not fx.done: ...``). ``detail`` holds what ``record`` attached, on every leg.
+    """
 
     key: str
+    done: bool = False
+    detail: dict[str, Any]
 
     @abc.abstractmethod
     def record(self, **detail: Any) -> None:
@@ -70,6 +77,21 @@ class ProtocolError(Exception):
 
 class Cancelled(Exception):
     """Raised at a checkpoint once cancellation of the task was requested."""
+
+
+class EffectFailed(ToolError):
+    """The body of ``ctx.effect(NAME)`` raised: the effect is recorded ``failed``.
+
+    Raised from the ``with`` statement on the leg where the body failed and again, at the
+    same point, on every later leg, so code that catches it behaves the same on replay.
+    ``error_type`` names the original exception's class (the original is ``__cause__`` on
+    the first leg).
+    """
+
+    def __init__(self, message: str, *, effect: str, error_type: str) -> None:
+        super().__init__(message)
+        self.effect = effect
+        self.error_type = error_type
 
 
 class ToolContext(abc.ABC):

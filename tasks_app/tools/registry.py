@@ -159,6 +159,20 @@ def _output_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
         return None
 
 
+def _given_output_schema(given: dict[str, Any] | type, tool_name: str) -> dict[str, Any]:
+    """An explicit output schema: a JSON Schema dict, or a TypedDict / pydantic model class
+    (handy when the function returns a ``ToolResult`` that carries a text summary too)."""
+    if isinstance(given, dict):
+        return given
+    try:
+        schema: dict[str, Any] = pydantic.TypeAdapter(given).json_schema()
+    except pydantic.PydanticUserError as exc:
+        raise ToolDefinitionError(f"tool {tool_name}: output_schema: {exc}") from None
+    if schema.get("type") != "object":
+        raise ToolDefinitionError(f"tool {tool_name}: an output schema must describe an object")
+    return schema
+
+
 class Toolset:
     """A named group of tools (and, for toolsets that need them, prompts and resources)."""
 
@@ -176,7 +190,7 @@ class Toolset:
         description: str | None = None,
         title: str | None = None,
         input_schema: dict[str, Any] | None = None,
-        output_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | type | None = None,
         task: TaskPolicy = "forbidden",
         requires_idempotency_key: bool = False,
         key_argument: str | None = None,
@@ -208,7 +222,11 @@ class Toolset:
                 description=description or doc or tool_name,
                 title=title,
                 input_schema=schema,
-                output_schema=output_schema if output_schema is not None else _output_schema(f),
+                output_schema=(
+                    _given_output_schema(output_schema, tool_name)
+                    if output_schema is not None
+                    else _output_schema(f)
+                ),
                 task=task,
                 requires_idempotency_key=requires_idempotency_key,
                 key_argument=key_argument,
@@ -234,7 +252,10 @@ def register_toolset(name: str, module: str) -> None:
 def load_toolsets(names: Iterable[str]) -> list[Toolset]:
     loaded = []
     for toolset_name in names:
-        module_path = TOOLSET_MODULES.get(toolset_name)
+        # A dotted name that is not registered is a module path (``myproject.tools``).
+        module_path = TOOLSET_MODULES.get(toolset_name) or (
+            toolset_name if "." in toolset_name else None
+        )
         if module_path is None:
             raise ToolDefinitionError(
                 f"TASKDESK_TOOLSETS names {toolset_name!r}, which is not a registered toolset "

@@ -12,9 +12,13 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import jsonschema
 import pydantic
+
+if TYPE_CHECKING:
+    from tasks_app.tools.registry import ToolSpec
 
 
 @dataclass
@@ -53,3 +57,35 @@ def to_call_tool_result(value: Any) -> dict[str, Any]:
 
 def error_result(message: str) -> dict[str, Any]:
     return {"content": [text(message)], "isError": True}
+
+
+def for_tool(spec: ToolSpec, value: Any) -> dict[str, Any]:
+    """Convert what SPEC's function returned, checking it can be stored and sent.
+
+    A value that is not JSON (or holds NaN or infinities), or structured content that does
+    not match the tool's output schema, becomes an ``isError`` result that says so: a client
+    must never receive structured content that contradicts the schema the tool advertised.
+    """
+    try:
+        result = to_call_tool_result(value)
+        json.dumps(result, allow_nan=False)
+    except (TypeError, ValueError) as exc:
+        return error_result(f"Tool {spec.name} returned a value that is not valid JSON: {exc}")
+    if spec.output_schema is None or result.get("isError"):
+        return result
+    structured = result.get("structuredContent")
+    if structured is None:
+        return error_result(
+            f"Tool {spec.name} declares an output schema but returned no structured content"
+        )
+    errors = sorted(
+        jsonschema.Draft202012Validator(spec.output_schema).iter_errors(structured),
+        key=lambda e: list(e.path),
+    )
+    if errors:
+        where = ".".join(str(p) for p in errors[0].path) or "structuredContent"
+        return error_result(
+            f"Tool {spec.name} returned structured content that does not match its output "
+            f"schema: {where}: {errors[0].message}"
+        )
+    return result

@@ -1,0 +1,26 @@
+"""Running tool functions as journaled legs inside Celery workers.
+
+A leg is one execution of a task's tool function from the top (``legs.run_leg``). It holds a
+lease on the task (``leases``), replays the journal of ``ctx.ask`` / ``ctx.effect`` /
+``ctx.step`` calls recorded by earlier legs (``context.TaskContext``), records external side
+effects in the effects ledger (``effects``), stops at cancellation checkpoints, and ends the
+task through ``tasks_app.transitions``. The import graph stays one-way: jobs (``tasks.py``)
+→ runtime → transitions → dispatch → models.
+"""
+
+from __future__ import annotations
+
+from tasks_app.runtime.context import TaskContext
+from tasks_app.runtime.effects import NotReconcilable, downstream_key, reconcile_effect
+from tasks_app.runtime.leases import redispatch_expired_leases
+from tasks_app.runtime.legs import Outcome, run_leg
+
+__all__ = [
+    "NotReconcilable",
+    "Outcome",
+    "TaskContext",
+    "downstream_key",
+    "reconcile_effect",
+    "redispatch_expired_leases",
+    "run_leg",
+]

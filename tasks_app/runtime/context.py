@@ -1,0 +1,426 @@
+"""``TaskContext``: the ``ToolContext`` a tool function gets inside a task leg.
+
+The journal. ``ctx.ask``, ``ctx.effect`` and ``ctx.step`` are journaled by call order: the
+n-th journaled call of a leg is matched with the n-th ``JournalEntry`` of the task (ordered
+by ``seq``). A call with a recorded entry returns the recorded outcome instead of running; a
+call past the end of the journal runs and appends an entry. A call whose kind or name differs
+from the recorded entry at its position ends the task: the tool is not deterministic.
+
+Journal entry outcomes (other writers, such as acceptance after synchronous MRTR rounds,
+use the same shapes):
+
+- ``ask``: ``{"request": <InputRequest key>}`` while the question lives in the elicitations
+  app, or ``{"action": "accept"|"decline"|"cancel", "content": {...}}`` for an answer
+  recorded directly;
+- ``step``: ``{"value": <JSON>}``;
+- ``effect``: ``{"key": <downstream key>}``; the state lives in the ``Effect`` row with the
+  same ``seq``.
+
+Checkpoints. Every ctx call first checks that the lease is still this leg's, that the leg is
+within its time limit, and (outside an effect body) that cancellation was not requested.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from django.db import DatabaseError, transaction
+
+from elicitations.models import Audience, InputRequest, Mode, RequestStatus
+from tasks_app import transitions
+from tasks_app.models import Actor, JournalEntry, JournalKind, Task, event
+from tasks_app.runtime import leases
+from tasks_app.runtime.errors import (
+    LeaseLost,
+    LegAborted,
+    NotDeterministic,
+    Suspended,
+    TimeLimitExceeded,
+)
+from tasks_app.tools import Answer, Cancelled, Question, ToolContext, ToolSpec
+from tasks_app.tools.context import Audience as AudienceName
+from tasks_app.tools.context import EffectHandle, OnTimeout
+
+if TYPE_CHECKING:
+    from tasks_app.runtime.effects import Compensation, EffectScope
+
+T = TypeVar("T")
+
+log = logging.getLogger("tasks_app.runtime")
+
+# How often a checkpoint reads the cancellation flag from the database. A loop of cheap
+# checkpoints (``ctx.chunks``) then costs at most ten reads a second; a cancelled
+# ``slow_echo`` still stops within a fifth of a second of the request.
+CANCEL_POLL_SECONDS = 0.1
+# Progress is a status-message write; more often than this is noise nobody can read.
+PROGRESS_WRITE_SECONDS = 0.25
+NAME_MAX = 200
+
+ANSWER_ACTIONS = {
+    RequestStatus.ANSWERED: "accept",
+    RequestStatus.DECLINED: "decline",
+    RequestStatus.CANCELLED: "cancel",
+    RequestStatus.EXPIRED: "decline",
+}
+
+
+def answer_of(request: InputRequest) -> Answer | None:
+    """What the tool receives for REQUEST (None while it is pending)."""
+    if request.status == RequestStatus.PENDING:
+        return None
+    stored = request.answer if isinstance(request.answer, dict) else {}
+    action = stored.get("action") or ANSWER_ACTIONS[RequestStatus(request.status)]
+    content = stored.get("content") if action == "accept" else None
+    return Answer(action=action, content=dict(content or {}))
+
+
+def _json_value(value: Any, *, what: str) -> Any:
+    """VALUE as it will read back from the journal (tuples become lists, and so on)."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{what} must return JSON data (it is journaled): {exc}") from None
+
+
+def _check_name(kind: str, name: object) -> str:
+    if not isinstance(name, str) or not name or len(name) > NAME_MAX:
+        raise ValueError(f"ctx.{kind} needs a name of 1 to {NAME_MAX} characters, not {name!r}")
+    return name
+
+
+class TaskContext(ToolContext):
+    """The context of one leg of one task (see the module docstring)."""
+
+    def __init__(self, *, task: Task, spec: ToolSpec, owner: str) -> None:
+        self.task = task
+        self.spec = spec
+        self.owner = owner
+        self.task_id = task.pk
+        self.client_name = task.client.name
+        self.tenant = task.client.tenant.slug
+        self.leg = task.leg
+        self.lease: leases.Lease | None = None
+        # Set by run_leg when the tool has a time limit (monotonic clock).
+        self.deadline: float | None = None
+        self.time_limit: float | None = None
+        self.journal: list[JournalEntry] = list(
+            JournalEntry.objects.filter(task_id=task.pk).order_by("seq")
+        )
+        self.cursor = 0
+        self.effect_in_flight: EffectScope | None = None
+        self.compensations: list[Compensation] = []
+        self._shield_depth = 0
+        self._alarm_pending = False
+        self._cancel_checked_at = float("-inf")
+        self._progress_written_at = float("-inf")
+
+    # --- runtime plumbing ----------------------------------------------------------------
+
+    @contextmanager
+    def shielded(self) -> Iterator[None]:
+        """Run runtime bookkeeping: a time-limit alarm waits until it is done (see legs.py),
+        and a database failure aborts the leg instead of surfacing as a tool error."""
+        self._shield_depth += 1
+        try:
+            yield
+        except DatabaseError as exc:
+            raise LegAborted(f"database error in the runtime: {exc}") from exc
+        finally:
+            self._shield_depth -= 1
+        if self._shield_depth == 0 and self._alarm_pending:
+            self._alarm_pending = False
+            raise TimeLimitExceeded(self.time_limit or 0)
+
+    def on_alarm(self) -> None:
+        """The time-limit alarm fired: stop the tool now, or right after the bookkeeping."""
+        if self._shield_depth:
+            self._alarm_pending = True
+        else:
+            raise TimeLimitExceeded(self.time_limit or 0)
+
+    def owned_task(self) -> Task:
+        """Lock the task row and check this leg still holds its lease (in a transaction)."""
+        task = Task.objects.select_for_update().get(pk=self.task_id)
+        if task.lease_owner != self.owner:
+            raise LeaseLost(f"task {self.task_id} is leased by {task.lease_owner or 'nobody'}")
+        return task
+
+    def checkpoint(self, *, fresh: bool = False) -> None:
+        """Raise if the leg must stop: lease lost, time limit passed, or cancellation
+        requested (the last one not inside an effect body: an effect in flight settles)."""
+        if self.lease is not None and self.lease.lost.is_set():
+            raise LeaseLost(f"task {self.task_id}: another leg took the lease over")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            raise TimeLimitExceeded(self.time_limit or 0)
+        if self.effect_in_flight is not None:
+            return
+        now = time.monotonic()
+        if not fresh and now - self._cancel_checked_at < CANCEL_POLL_SECONDS:
+            return
+        self._cancel_checked_at = now
+        with self.shielded():
+            requested = Task.objects.filter(
+                pk=self.task_id, cancel_requested_at__isnull=False
+            ).exists()
+        if requested:
+            raise Cancelled(f"cancellation of task {self.task_id} was requested")
+
+    def forbid_in_effect(self, call: str) -> None:
+        if self.effect_in_flight is not None:
+            raise RuntimeError(
+                f"{call} cannot be called inside the body of ctx.effect("
+                f"{self.effect_in_flight.name!r}): an effect body holds only the side effect"
+            )
+
+    def next_entry(self, kind: str, name: str) -> JournalEntry | None:
+        """Take the next journal position for a KIND call named NAME: return its recorded
+        entry, or None past the end of the journal. Raise NotDeterministic on a mismatch."""
+        position = self.cursor
+        self.cursor += 1
+        if position >= len(self.journal):
+            return None
+        entry = self.journal[position]
+        if entry.kind != kind or entry.name != name:
+            raise self.not_deterministic(position, recorded=entry, kind=kind, name=name)
+        return entry
+
+    def new_seq(self) -> int:
+        # Positions, not seq values, are matched; seq only orders the entries. Entries other
+        # writers recorded may start anywhere.
+        return self.journal[-1].seq + 1 if self.journal else 0
+
+    def append(self, entry: JournalEntry) -> None:
+        self.journal.append(entry)
+
+    def not_deterministic(
+        self, position: int, *, recorded: JournalEntry | None, kind: str | None, name: str | None
+    ) -> NotDeterministic:
+        def call(k: str | None, n: str | None) -> str:
+            return "no further journaled call" if k is None else f"ctx.{k}({n!r})"
+
+        before = call(recorded.kind, recorded.name) if recorded else call(None, None)
+        now = call(kind, name)
+        message = (
+            f"Tool {self.spec.name} is not deterministic: journaled call #{position + 1} was "
+            f"{before} on an earlier leg but is {now} on leg {self.leg}. A tool must make the "
+            "same ctx.ask, ctx.effect and ctx.step calls in the same order on every leg; "
+            "anything that varies between legs belongs inside ctx.step."
+        )
+        data = {
+            "reason": "non_deterministic",
+            "position": position + 1,
+            "recorded": {"kind": recorded.kind, "name": recorded.name} if recorded else None,
+            "called": {"kind": kind, "name": name} if kind else None,
+        }
+        return NotDeterministic(message, data)
+
+    def check_journal_consumed(self) -> None:
+        """At the end of the function: every recorded call must have been made again."""
+        if self.cursor < len(self.journal):
+            raise self.not_deterministic(
+                self.cursor, recorded=self.journal[self.cursor], kind=None, name=None
+            )
+
+    # --- ToolContext -----------------------------------------------------------------------
+
+    def check_cancelled(self) -> None:
+        self.checkpoint()
+
+    def ask(
+        self,
+        key: str,
+        *,
+        message: str,
+        schema: dict[str, Any] | None = None,
+        url: str | None = None,
+        audience: AudienceName = "client",
+        deadline: datetime | timedelta | None = None,
+        on_timeout: OnTimeout = "decline",
+        default: dict[str, Any] | None = None,
+    ) -> Answer:
+        question = Question(
+            message=message,
+            schema=schema,
+            url=url,
+            audience=audience,
+            deadline=deadline,
+            on_timeout=on_timeout,
+            default=default,
+        )
+        return self.ask_many({key: question})[key]
+
+    def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
+        self.checkpoint()
+        self.forbid_in_effect("ctx.ask")
+        start = self.cursor
+        answers: dict[str, Answer] = {}
+        unanswered: list[str] = []
+        new: list[tuple[str, Question]] = []
+        for key, question in questions.items():
+            entry = self.next_entry(JournalKind.ASK, _check_name("ask", key))
+            if entry is None:
+                new.append((key, question))
+                continue
+            answer = self._recorded_answer(entry)
+            if answer is None:
+                unanswered.append(key)
+            else:
+                answers[key] = answer
+        if new or unanswered:
+            try:
+                self._suspend(new, unanswered)
+            except (Suspended, LeaseLost, Cancelled, LegAborted):
+                raise
+            except Exception:
+                # A refused question (bad schema, ...) reaches the tool; nothing was recorded,
+                # so the journal positions it took are free again.
+                self.cursor = start
+                raise
+        return answers
+
+    def _recorded_answer(self, entry: JournalEntry) -> Answer | None:
+        outcome = entry.outcome if isinstance(entry.outcome, dict) else {}
+        if "action" in outcome:
+            return Answer(action=outcome["action"], content=dict(outcome.get("content") or {}))
+        with self.shielded():
+            request = InputRequest.objects.filter(
+                task_id=self.task_id, key=outcome.get("request")
+            ).first()
+        if request is None:
+            raise LegAborted(f"journal entry {entry.seq} of task {self.task_id} names no request")
+        return answer_of(request)
+
+    def _suspend(self, new: list[tuple[str, Question]], unanswered: list[str]) -> None:
+        """Open NEW questions, record them in the journal, and end the leg waiting for them
+        and for UNANSWERED ones: all in one transaction with the lease release, so an answer
+        that arrives at once finds the leg gone and dispatches the next one."""
+        from elicitations import transitions as elicitations
+
+        entries: list[JournalEntry] = []
+        with self.shielded(), transaction.atomic():
+            task = self.owned_task()
+            if task.cancel_requested_at is not None:
+                raise Cancelled(f"cancellation of task {self.task_id} was requested")
+            for key, q in new:
+                request = elicitations.open_request(
+                    task=task,
+                    ask_key=key,
+                    mode=Mode.URL if q.url else Mode.FORM,
+                    message=q.message,
+                    schema=q.schema,
+                    url=q.url or "",
+                    audience=q.audience,
+                    deadline=q.deadline,
+                    on_timeout=q.on_timeout,
+                    default=q.default,
+                )
+                seq = entries[-1].seq + 1 if entries else self.new_seq()
+                entries.append(
+                    JournalEntry.objects.create(
+                        task=task,
+                        seq=seq,
+                        kind=JournalKind.ASK,
+                        name=key,
+                        outcome={"request": request.key},
+                    )
+                )
+            pending = list(
+                InputRequest.objects.filter(task=task, status=RequestStatus.PENDING)
+                .order_by("created_at", "id")
+                .values_list("audience", "message")
+            )
+            for_client = [m for a, m in pending if a != Audience.OPERATOR]
+            if for_client:
+                transitions.require_input(task_id=task.pk, message=for_client[0], actor=self.owner)
+            else:
+                first = pending[0][1] if pending else ""
+                transitions.set_status_message(
+                    task_id=task.pk, message=f"Waiting for an operator in the inbox: {first}"
+                )
+            leases.release(task.pk, self.owner)
+            event(
+                task,
+                "leg_suspended",
+                actor_type=Actor.WORKER,
+                actor=self.owner,
+                leg=self.leg,
+                waiting_for=[key for key, _ in new] + unanswered,
+            )
+        self.journal.extend(entries)
+        raise Suspended(f"waiting for {len(pending)} answer(s)")
+
+    def effect(
+        self,
+        name: str,
+        *,
+        target: str = "",
+        verify: Callable[[str], bool] | None = None,
+        compensate: Callable[[str], None] | None = None,
+    ) -> AbstractContextManager[EffectHandle]:
+        from tasks_app.runtime.effects import EffectScope
+
+        return EffectScope(
+            self,
+            _check_name("effect", name),
+            target=str(target)[:500],
+            verify=verify,
+            compensate=compensate,
+        )
+
+    def step(self, name: str, fn: Callable[[], T]) -> T:
+        self.checkpoint()
+        self.forbid_in_effect("ctx.step")
+        start = self.cursor
+        entry = self.next_entry(JournalKind.STEP, _check_name("step", name))
+        if entry is not None:
+            outcome = entry.outcome if isinstance(entry.outcome, dict) else {}
+            return outcome.get("value")  # type: ignore[return-value]
+        try:
+            value = _json_value(fn(), what=f"ctx.step({name!r})")
+        except BaseException:
+            # A step that raised is not recorded: a later leg runs it again.
+            self.cursor = start
+            raise
+        with self.shielded(), transaction.atomic():
+            task = self.owned_task()
+            recorded = JournalEntry.objects.create(
+                task=task,
+                seq=self.new_seq(),
+                kind=JournalKind.STEP,
+                name=name,
+                outcome={"value": value},
+            )
+        self.append(recorded)
+        return value  # type: ignore[no-any-return]
+
+    def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
+        self.checkpoint()
+        now = time.monotonic()
+        final = total is not None and done >= total
+        if not final and now - self._progress_written_at < PROGRESS_WRITE_SECONDS:
+            return
+        self._progress_written_at = now
+        counts = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
+        text = f"{message} ({counts})" if message else counts
+        with self.shielded():
+            transitions.set_status_message(task_id=self.task_id, message=text)
+
+    def log(self, level: str, message: str, **data: Any) -> None:
+        self.checkpoint()
+        levelno = logging.getLevelName(level.upper())
+        extra = f" data={json.dumps(data, default=str, sort_keys=True)}" if data else ""
+        log.log(
+            levelno if isinstance(levelno, int) else logging.INFO,
+            "tool log task=%s leg=%s tool=%s message=%s%s",
+            self.task_id,
+            self.leg,
+            self.spec.name,
+            json.dumps(message),
+            extra,
+        )

@@ -1,0 +1,388 @@
+"""The effects ledger: what a task did to the outside world, and whether it really happened.
+
+``with ctx.effect(name, ...) as fx`` commits an ``intended`` Effect row (and its journal
+entry) before the body runs, and ``confirmed`` or ``failed`` after it. A leg that finds an
+effect still ``intended`` knows the leg that ran it died in between: the effect becomes
+``unknown`` and the tool's ``verify`` hook decides (happened: ``confirmed``, the body is
+skipped; did not happen: the body runs again with the same downstream key). Without a hook,
+or when the hook itself fails, the task waits for an operator (``reconcile_effect``); the
+runtime never guesses. Every state change writes a TaskEvent.
+
+Lock order: the Task row first, then its Effect rows (as everywhere else).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, NoReturn
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from tasks_app import transitions
+from tasks_app.models import (
+    Actor,
+    Effect,
+    EffectState,
+    JournalEntry,
+    JournalKind,
+    Status,
+    Task,
+    event,
+)
+from tasks_app.runtime import leases
+from tasks_app.runtime.errors import (
+    AwaitingReconciliation,
+    LeaseLost,
+    LegInterrupt,
+    TimeLimitExceeded,
+)
+from tasks_app.tools import Cancelled, EffectFailed, EffectHandle
+
+if TYPE_CHECKING:
+    from tasks_app.runtime.context import TaskContext
+
+log = logging.getLogger("tasks_app.runtime")
+
+
+def downstream_key(task_id: str, name: str, seq: int) -> str:
+    """The idempotency key an effect passes to the outside world: stable across legs."""
+    return f"{task_id}:{name}:{seq}"
+
+
+@dataclass
+class Compensation:
+    effect_id: int
+    name: str
+    key: str
+    hook: Callable[[str], None]
+
+
+class EffectScope(EffectHandle):
+    """The context manager ``ctx.effect`` returns; it is also the ``fx`` handle."""
+
+    def __init__(
+        self,
+        ctx: TaskContext,
+        name: str,
+        *,
+        target: str,
+        verify: Callable[[str], bool] | None,
+        compensate: Callable[[str], None] | None,
+    ) -> None:
+        self.ctx = ctx
+        self.name = name
+        self.target = target
+        self.verify = verify
+        self.compensate = compensate
+        self.key = ""
+        self.done = False
+        self.detail: dict[str, Any] = {}
+        self.row: Effect | None = None
+        self._recorded: dict[str, Any] = {}
+
+    # --- entering: intent, or what an earlier leg recorded ---------------------------------
+
+    def __enter__(self) -> EffectScope:
+        ctx = self.ctx
+        # Read the flag now, not from the throttled cache: no effect starts once
+        # cancellation is recorded. The intent transaction checks it again under the lock.
+        ctx.checkpoint(fresh=True)
+        ctx.forbid_in_effect("ctx.effect")
+        entry = ctx.next_entry(JournalKind.EFFECT, self.name)
+        if entry is None:
+            self._intend()
+        else:
+            with ctx.shielded():
+                self.row = Effect.objects.get(task_id=ctx.task_id, seq=entry.seq)
+            self.key = self.row.downstream_key
+            self._resume()
+        if self.done:
+            self.detail = dict(self.row.detail if self.row else {})
+            self._register_compensation()
+        ctx.effect_in_flight = self
+        return self
+
+    def _intend(self) -> None:
+        ctx = self.ctx
+        with ctx.shielded(), transaction.atomic():
+            task = ctx.owned_task()
+            if task.cancel_requested_at is not None:
+                raise Cancelled(f"cancellation of task {ctx.task_id} was requested")
+            seq = ctx.new_seq()
+            key = downstream_key(task.pk, self.name, seq)
+            entry = JournalEntry.objects.create(
+                task=task, seq=seq, kind=JournalKind.EFFECT, name=self.name, outcome={"key": key}
+            )
+            self.row = Effect.objects.create(
+                task=task,
+                seq=seq,
+                name=self.name,
+                target=self.target,
+                downstream_key=key,
+                state=EffectState.INTENDED,
+            )
+            self._event(task, "effect_intended", target=self.target)
+        ctx.append(entry)
+        self.key = key
+
+    def _resume(self) -> None:
+        assert self.row is not None
+        state = self.row.state
+        if state in (EffectState.CONFIRMED, EffectState.COMPENSATED):
+            self.done = True
+        elif state == EffectState.FAILED:
+            error = self.row.detail.get("error", {})
+            raise EffectFailed(
+                error.get("message") or f"effect {self.name} failed",
+                effect=self.name,
+                error_type=error.get("type", ""),
+            )
+        else:
+            if state == EffectState.INTENDED:
+                self._settle(
+                    EffectState.UNKNOWN,
+                    "effect_unknown",
+                    only_from=(EffectState.INTENDED,),
+                    reason="the leg that ran it stopped before recording its outcome",
+                )
+            self._resolve_unknown()
+
+    def _resolve_unknown(self) -> None:
+        assert self.row is not None
+        decision = self.row.detail.get("reconciled")
+        if decision is not None and not decision.get("happened"):
+            self._retry("an operator said it did not happen")
+            return
+        if self.verify is None:
+            self._await_operator("the tool has no verify hook")
+        try:
+            happened = bool(self.verify(self.key))  # type: ignore[misc]
+        except LegInterrupt:
+            raise
+        except Exception as exc:
+            self._await_operator(f"its verify hook raised {type(exc).__name__}: {exc}")
+        if happened:
+            self._settle(
+                EffectState.CONFIRMED,
+                "effect_verified",
+                only_from=(EffectState.UNKNOWN,),
+                detail={"verified": True},
+            )
+            self.done = True
+        else:
+            self._retry("its verify hook found it did not happen")
+
+    def _retry(self, why: str) -> None:
+        assert self.row is not None
+        detail = {k: v for k, v in self.row.detail.items() if k != "reconciled"}
+        detail["attempts"] = int(detail.get("attempts", 1)) + 1
+        self._settle(
+            EffectState.INTENDED,
+            "effect_retried",
+            only_from=(EffectState.UNKNOWN,),
+            replace_detail=detail,
+            reason=why,
+        )
+
+    def _await_operator(self, why: str) -> NoReturn:
+        ctx = self.ctx
+        message = (
+            f"Effect {self.name!r} (key {self.key}) may or may not have happened: the leg that "
+            f"ran it stopped before recording its outcome, and {why}. An operator must "
+            "reconcile it in the task's effects ledger; the task waits until then."
+        )
+        with ctx.shielded(), transaction.atomic():
+            task = ctx.owned_task()
+            transitions.set_status_message(task_id=task.pk, message=message)
+            leases.release(task.pk, ctx.owner)
+            self._event(task, "effect_needs_reconciliation", reason=why)
+        raise AwaitingReconciliation(message)
+
+    # --- leaving: the outcome ------------------------------------------------------------------
+
+    def record(self, **detail: Any) -> None:
+        if self.done:
+            raise RuntimeError(
+                f"effect {self.name!r} already happened on an earlier leg; guard its body with "
+                "`if not fx.done:` so the side effect is not repeated"
+            )
+        self._recorded.update(detail)
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        self.ctx.effect_in_flight = None
+        if self.done:
+            return False
+        if exc is None:
+            self._settle(
+                EffectState.CONFIRMED,
+                "effect_confirmed",
+                only_from=(EffectState.INTENDED, EffectState.UNKNOWN),
+                detail=self._recorded,
+            )
+            self.detail = dict(self._recorded)
+            self.done = True
+            self._register_compensation()
+            return False
+        if isinstance(exc, TimeLimitExceeded | LeaseLost):
+            # The body was stopped from outside, somewhere in the middle: nobody knows.
+            self._settle(
+                EffectState.UNKNOWN,
+                "effect_unknown",
+                only_from=(EffectState.INTENDED,),
+                reason=f"its body was interrupted: {exc}",
+            )
+            return False
+        if not isinstance(exc, Exception):
+            return False  # the process is going down: the next leg finds it intended
+        message = str(exc) if isinstance(exc, EffectFailed) else f"{type(exc).__name__}: {exc}"
+        error_type = exc.error_type if isinstance(exc, EffectFailed) else type(exc).__name__
+        self._settle(
+            EffectState.FAILED,
+            "effect_failed",
+            only_from=(EffectState.INTENDED,),
+            detail={"error": {"type": error_type, "message": message}},
+        )
+        raise EffectFailed(message, effect=self.name, error_type=error_type) from exc
+
+    # --- bookkeeping -----------------------------------------------------------------------
+
+    def _settle(
+        self,
+        state: str,
+        kind: str,
+        *,
+        only_from: tuple[str, ...],
+        detail: dict[str, Any] | None = None,
+        replace_detail: dict[str, Any] | None = None,
+        **event_detail: Any,
+    ) -> None:
+        """Move the effect to STATE (compare-and-set from ONLY_FROM) and record KIND.
+
+        Outcomes are written whether or not this leg still holds the lease: they are facts
+        about the outside world, and the ledger must hold them either way.
+        """
+        assert self.row is not None
+        row = self.row
+        new_detail = (
+            replace_detail if replace_detail is not None else {**row.detail, **(detail or {})}
+        )
+        now = timezone.now()
+        settled = state in (EffectState.CONFIRMED, EffectState.FAILED)
+        with self.ctx.shielded(), transaction.atomic():
+            changed = Effect.objects.filter(pk=row.pk, state__in=only_from).update(
+                state=state,
+                detail=new_detail,
+                updated_at=now,
+                settled_at=now if settled else None,
+            )
+            if changed:
+                self._event(Task(pk=row.task_id), kind, state=state, **event_detail)
+        if changed:
+            row.state, row.detail = state, new_detail
+        else:
+            row.refresh_from_db()
+
+    def _event(self, task: Task, kind: str, **detail: Any) -> None:
+        assert self.row is not None
+        event(
+            task,
+            kind,
+            actor_type=Actor.WORKER,
+            actor=self.ctx.owner,
+            effect=self.name,
+            seq=self.row.seq,
+            key=self.row.downstream_key,
+            leg=self.ctx.leg,
+            **detail,
+        )
+
+    def _register_compensation(self) -> None:
+        if self.compensate is not None and self.row is not None:
+            self.ctx.compensations.append(
+                Compensation(self.row.pk, self.name, self.key, self.compensate)
+            )
+
+
+def compensate_all(ctx: TaskContext, *, reason: str) -> None:
+    """Undo this task's confirmed effects that have a compensate hook, newest first.
+
+    Run when a leg ends the task without success (cancelled, tool error, protocol error). A
+    hook that raises leaves its effect ``confirmed`` and records why.
+    """
+    for comp in reversed(ctx.compensations):
+        with ctx.shielded():
+            still = Effect.objects.filter(pk=comp.effect_id, state=EffectState.CONFIRMED).exists()
+        if not still:
+            continue
+        try:
+            comp.hook(comp.key)
+        except LegInterrupt:
+            raise
+        except Exception as exc:
+            log.warning("compensation failed task=%s effect=%s: %s", ctx.task_id, comp.name, exc)
+            with ctx.shielded():
+                event(Task(pk=ctx.task_id), "effect_compensation_failed", actor_type=Actor.WORKER,
+                      actor=ctx.owner, effect=comp.name, key=comp.key, reason=reason,
+                      error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+            continue
+        now = timezone.now()
+        with ctx.shielded(), transaction.atomic():
+            if Effect.objects.filter(pk=comp.effect_id, state=EffectState.CONFIRMED).update(
+                state=EffectState.COMPENSATED, updated_at=now
+            ):
+                event(Task(pk=ctx.task_id), "effect_compensated", actor_type=Actor.WORKER,
+                      actor=ctx.owner, effect=comp.name, key=comp.key, reason=reason)  # fmt: skip
+
+
+# --- operators ---------------------------------------------------------------------------
+
+
+class NotReconcilable(ValueError):
+    """Only an ``unknown`` effect can be reconciled."""
+
+
+def reconcile_effect(*, effect_id: int, happened: bool, user: AbstractBaseUser) -> Effect:
+    """Record an operator's answer to "did this unknown effect happen?".
+
+    ``happened=True`` confirms it (the tool skips it); ``False`` makes the next leg run it
+    again with the same downstream key. A working task that was waiting for this decision
+    resumes. Raise NotReconcilable for an effect that is not ``unknown``.
+    """
+    username = user.get_username()
+    with transaction.atomic():
+        task_id = Effect.objects.values_list("task_id", flat=True).get(pk=effect_id)
+        task = Task.objects.select_for_update().get(pk=task_id)  # Task first, then the Effect
+        effect = Effect.objects.select_for_update().get(pk=effect_id)
+        if effect.state != EffectState.UNKNOWN:
+            raise NotReconcilable(
+                f"effect {effect.name!r} is {effect.state}; only an unknown effect can be reconciled"
+            )
+        now = timezone.now()
+        decision = {"happened": happened, "by": username, "at": now.isoformat()}
+        effect.detail = {**effect.detail, "reconciled": decision}
+        fields = ["detail", "updated_at"]
+        if happened:
+            effect.state, effect.settled_at = EffectState.CONFIRMED, now
+            fields += ["state", "settled_at"]
+        effect.save(update_fields=fields)
+        event(task, "effect_reconciled", actor_type=Actor.OPERATOR, actor=username,
+              effect=effect.name, seq=effect.seq, key=effect.downstream_key,
+              happened=happened)  # fmt: skip
+        if task.status == Status.WORKING and not task.lease_owner:
+            transitions.resume(
+                task_id=task.pk,
+                actor_type=Actor.OPERATOR,
+                actor=username,
+                reason="effect_reconciled",
+            )
+    return effect

@@ -1,0 +1,49 @@
+"""The runtime's own control flow: exceptions that end a leg without being tool errors.
+
+They derive from ``BaseException`` (as ``KeyboardInterrupt`` does) so that a tool's
+``except Exception:`` cannot swallow them and carry on as if its leg were still running.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class LegInterrupt(BaseException):
+    """Base class: unwinds the tool function; ``run_leg`` decides what it means."""
+
+
+class Suspended(LegInterrupt):
+    """The leg asked questions that have no answer yet. The requests, the task's new status
+    and the released lease are already committed when this is raised."""
+
+
+class AwaitingReconciliation(LegInterrupt):
+    """An effect's outcome is unknown and nothing can verify it: an operator must say
+    whether it happened. Already recorded (status message, event, lease released)."""
+
+
+class LeaseLost(LegInterrupt):
+    """Another leg owns the task now (this one was presumed dead). Write nothing more."""
+
+
+class LegAborted(LegInterrupt):
+    """The runtime's own bookkeeping failed (database unreachable, ...). The leg stops
+    without touching the task; its lease runs out and the sweeper dispatches a new leg."""
+
+
+class TimeLimitExceeded(LegInterrupt):
+    """The leg ran longer than its tool's ``time_limit``."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"time limit of {seconds:g} s exceeded")
+        self.seconds = seconds
+
+
+class NotDeterministic(LegInterrupt):
+    """This leg made a different journaled call than the journal recorded at that position."""
+
+    def __init__(self, message: str, data: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data

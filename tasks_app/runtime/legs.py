@@ -1,0 +1,232 @@
+"""One leg of a task: claim the lease, run the tool function from the top, record the end.
+
+How a leg ends:
+
+- the function returns: ``completed`` with its result;
+- ``ToolError`` or any other exception: ``completed`` with ``isError: true`` and the message
+  (for an unexpected exception, its type and message; the traceback goes to the worker log);
+- ``ProtocolError``: ``failed`` with that JSON-RPC error;
+- ``Cancelled`` at a checkpoint: ``cancelled`` (the work has stopped);
+- a question without an answer, or an effect an operator must reconcile: the leg ends and
+  the task waits (both already recorded by the context);
+- a different journaled call than the journal recorded, or the tool's time limit: ``failed``
+  with an error that says so.
+
+The transition that ends the task runs under the task lock after checking that this leg
+still holds the lease, so a leg presumed dead (and replaced) never ends a task.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from django.db import close_old_connections, connection, transaction
+
+from tasks_app import transitions
+from tasks_app.models import Task
+from tasks_app.runtime import leases
+from tasks_app.runtime.context import TaskContext
+from tasks_app.runtime.effects import compensate_all
+from tasks_app.runtime.errors import (
+    AwaitingReconciliation,
+    LeaseLost,
+    LegAborted,
+    NotDeterministic,
+    Suspended,
+    TimeLimitExceeded,
+)
+from tasks_app.tools import Cancelled, ProtocolError, ToolError, get_tool, results
+
+log = logging.getLogger("tasks_app.runtime")
+
+INTERNAL_ERROR = -32603
+
+
+class Outcome(enum.StrEnum):
+    SKIPPED = "skipped"  # duplicate message, task not working, or another live leg
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    SUSPENDED = "suspended"  # waiting for answers
+    AWAITING_OPERATOR = "awaiting_operator"  # an unknown effect needs reconciling
+    LEASE_LOST = "lease_lost"  # replaced by another leg; wrote nothing more
+    ABORTED = "aborted"  # the runtime's bookkeeping failed; the sweeper re-runs it
+
+
+def run_leg(*, task_id: str, dispatch_id: int | None = None) -> Outcome:
+    """Run one leg of task TASK_ID (dispatch record DISPATCH_ID) and return how it ended."""
+    owner = leases.new_owner()
+    task = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
+    if task is None:
+        log.info("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
+        return Outcome.SKIPPED
+    started = time.monotonic()
+    log.info(
+        "leg started task=%s leg=%s tool=%s dispatch=%s owner=%s",
+        task.pk,
+        task.leg,
+        task.tool_name,
+        dispatch_id,
+        owner,
+    )
+    spec = get_tool(task.tool_name)
+    if spec is None:
+        error = {
+            "code": INTERNAL_ERROR,
+            "message": f"Tool {task.tool_name} is not available on this worker "
+            "(its toolset is not in TASKDESK_TOOLSETS)",
+        }
+        outcome = _end(task.pk, owner, lambda: transitions.fail(task_id=task.pk, error=error))
+        outcome = outcome or Outcome.FAILED
+    else:
+        ctx = TaskContext(task=task, spec=spec, owner=owner)
+        with leases.held(task.pk, owner) as lease:
+            ctx.lease = lease
+            outcome = _run(ctx)
+    log.info(
+        "leg ended task=%s leg=%s outcome=%s ms=%.0f",
+        task.pk,
+        task.leg,
+        outcome,
+        (time.monotonic() - started) * 1000,
+    )
+    return outcome
+
+
+def _run(ctx: TaskContext) -> Outcome:
+    try:
+        ending = _call(ctx)
+        if ending.compensate:
+            compensate_all(ctx, reason=ending.outcome)
+        return _end(ctx.task_id, ctx.owner, ending.apply) or ending.outcome
+    except Suspended:
+        return Outcome.SUSPENDED
+    except AwaitingReconciliation:
+        return Outcome.AWAITING_OPERATOR
+    except LeaseLost as exc:
+        log.warning("leg stopped task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
+        return Outcome.LEASE_LOST
+    except LegAborted as exc:
+        log.error("leg aborted task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
+        return Outcome.ABORTED
+
+
+class _Ending:
+    """How the tool function ended, and the transition that records it."""
+
+    def __init__(
+        self, outcome: Outcome, apply: Callable[[], Any], *, compensate: bool = False
+    ) -> None:
+        self.outcome = outcome
+        self.apply = apply
+        self.compensate = compensate
+
+
+def _call(ctx: TaskContext) -> _Ending:
+    spec, task_id, owner = ctx.spec, ctx.task_id, ctx.owner
+
+    def complete(result: dict[str, Any]) -> _Ending:
+        return _Ending(
+            Outcome.COMPLETED,
+            lambda: transitions.complete(task_id=task_id, result=result, actor=owner),
+            compensate=bool(result.get("isError")),
+        )
+
+    def fail(error: dict[str, Any], *, compensate: bool = False) -> _Ending:
+        return _Ending(
+            Outcome.FAILED,
+            lambda: transitions.fail(task_id=task_id, error=error, actor=owner),
+            compensate=compensate,
+        )
+
+    try:
+        with _time_limit(ctx):
+            value = spec.func(ctx, **ctx.task.arguments)
+        ctx.check_journal_consumed()
+    except NotDeterministic as exc:
+        log.error("not deterministic task=%s leg=%s: %s", task_id, ctx.leg, exc.message)
+        return fail({"code": INTERNAL_ERROR, "message": exc.message, "data": exc.data})
+    except TimeLimitExceeded as exc:
+        message = (
+            f"Tool {spec.name} ran longer than its time limit of {exc.seconds:g} s "
+            f"(leg {ctx.leg}) and was stopped"
+        )
+        log.warning("time limit task=%s leg=%s limit=%s", task_id, ctx.leg, exc.seconds)
+        data = {"reason": "time_limit", "timeLimitSeconds": exc.seconds}
+        return fail({"code": INTERNAL_ERROR, "message": message, "data": data}, compensate=True)
+    except Cancelled:
+        return _Ending(
+            Outcome.CANCELLED,
+            lambda: transitions.cancel(task_id=task_id, actor=owner),
+            compensate=True,
+        )
+    except ProtocolError as exc:
+        error: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+        if exc.data is not None:
+            error["data"] = exc.data
+        return fail(error, compensate=True)
+    except ToolError as exc:
+        log.info("tool error task=%s leg=%s: %s", task_id, ctx.leg, exc)
+        return complete(results.error_result(str(exc)))
+    except Exception as exc:
+        log.exception("tool raised task=%s leg=%s", task_id, ctx.leg)
+        return complete(results.error_result(f"{type(exc).__name__}: {exc}"))
+    return complete(results.for_tool(spec, value))
+
+
+def _end(task_id: str, owner: str, apply: Callable[[], Any]) -> Outcome | None:
+    """Run APPLY (a transition) if OWNER still holds the lease. Return LEASE_LOST if not."""
+    with transaction.atomic():
+        holder = (
+            Task.objects.select_for_update()
+            .filter(pk=task_id)
+            .values_list("lease_owner", flat=True)
+        )
+        if list(holder) != [owner]:
+            log.warning("leg result dropped task=%s: the lease is no longer %s", task_id, owner)
+            return Outcome.LEASE_LOST
+        apply()
+    return None
+
+
+@contextmanager
+def _time_limit(ctx: TaskContext) -> Iterator[None]:
+    """Enforce the tool's ``time_limit`` on this leg.
+
+    Two mechanisms, because Celery's own soft time limit is fixed per job type and a single
+    ``run_task_job`` serves every tool: each checkpoint compares the clock with the deadline,
+    and, in a prefork pool process (where the job runs on the main thread), a SIGALRM timer
+    raises TimeLimitExceeded inside code that never reaches a checkpoint (a blocking call).
+    The alarm waits while the runtime itself writes to the database (``ctx.shielded``), so
+    it never cuts the runtime's bookkeeping in half.
+    """
+    limit = ctx.spec.time_limit
+    if not limit:
+        yield
+        return
+    ctx.time_limit = limit
+    ctx.deadline = time.monotonic() + limit
+    alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
+    previous: Any = None
+    if alarm:
+        previous = signal.signal(signal.SIGALRM, lambda signum, frame: ctx.on_alarm())
+        signal.setitimer(signal.ITIMER_REAL, limit)
+    try:
+        yield
+    finally:
+        if alarm:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        ctx.deadline = None
+        ctx.time_limit = None
+        if not connection.in_atomic_block:
+            # The alarm may have interrupted a query of the tool's own: drop a connection
+            # left unusable rather than fail the task's last transition on it.
+            close_old_connections()

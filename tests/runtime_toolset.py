@@ -1,0 +1,214 @@
+"""Tools that exercise the task runtime, for the runtime's unit and worker tests.
+
+Enabled with ``TASKDESK_TOOLSETS=...,tests.runtime_toolset`` (the worker processes of the
+integration tests import it by that module path). ``RUNS`` counts, per process, how often
+each journaled body really ran; the worker tests count through the database instead.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections import Counter
+from typing import Any
+
+from tasks_app.tools import ProtocolError, ToolContext, ToolError, Toolset
+
+tools = Toolset("runtime_tests")
+
+RUNS: Counter[str] = Counter()
+# Set by a test to make the next effect body "crash" (as if the worker died inside it).
+CRASH_IN_EFFECT: set[str] = set()
+
+
+class WorkerDied(BaseException):
+    """Stands in for the process dying: not an Exception, so nothing records an outcome."""
+
+
+@tools.tool(task="optional")
+def noop(ctx: ToolContext) -> str:
+    """Do nothing and return "ok"."""
+    return "ok"
+
+
+@tools.tool(task="required")
+def outcome(ctx: ToolContext, how: str) -> Any:
+    """End the way HOW says: value, structured, tool_error, exception, protocol_error."""
+    if how == "structured":
+        return {"answer": 42}
+    if how == "tool_error":
+        raise ToolError("the payment provider said no")
+    if how == "exception":
+        raise KeyError("missing-thing")
+    if how == "protocol_error":
+        raise ProtocolError("bad upstream", code=-32050, data={"upstream": "x"})
+    if how == "not_json":
+        return {"when": object()}
+    return f"value {how}"
+
+
+@tools.tool(task="required")
+def steps(ctx: ToolContext, label: str = "a") -> dict[str, Any]:
+    """Two steps around a question: the steps run once, whatever the number of legs."""
+
+    def load() -> list[Any]:
+        RUNS["load"] += 1
+        return (1, label)  # a tuple: journaled and returned as a list on every leg
+
+    loaded = ctx.step("load", load)
+    answer = ctx.ask(
+        "approve",
+        message=f"Approve {label}?",
+        schema={"type": "object", "properties": {"approve": {"type": "boolean"}}},
+    )
+    total = ctx.step("total", lambda: RUNS.update(["total"]) or 41)
+    return {"loaded": loaded, "action": answer.action, "content": answer.content, "total": total}
+
+
+@tools.tool(task="required")
+def asks_operator(ctx: ToolContext) -> str:
+    """One question for an operator."""
+    answer = ctx.ask(
+        "ok",
+        message="Let it through?",
+        schema={"type": "object", "properties": {"ok": {"type": "boolean"}}},
+        audience="operator",
+    )
+    return f"{answer.action} {answer.content}"
+
+
+@tools.tool(task="required")
+def asks_two(ctx: ToolContext) -> dict[str, Any]:
+    """Two questions at once: one for the client, one for an operator."""
+    from tasks_app.tools import Question
+
+    form = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+    answers = ctx.ask_many(
+        {
+            "client_ok": Question(message="Client, ok?", schema=form),
+            "operator_ok": Question(message="Operator, ok?", schema=form, audience="operator"),
+        }
+    )
+    return {k: a.action for k, a in answers.items()}
+
+
+@tools.tool(task="required")
+def bad_schema(ctx: ToolContext) -> str:
+    """Ask with a schema MCP does not allow, catch the error, and say what it was."""
+    try:
+        ctx.ask(
+            "nested",
+            message="?",
+            schema={"type": "object", "properties": {"a": {"type": "object"}}},
+        )
+    except ValueError as exc:
+        return f"refused: {exc}"
+    return "asked"
+
+
+@tools.tool(task="required")
+def charge(ctx: ToolContext, verify: str = "none", fail: bool = False) -> dict[str, Any]:
+    """One effect. VERIFY: none (no hook), yes, no, raise. The body counts its runs."""
+
+    def check(key: str) -> bool:
+        RUNS[f"verify:{key}"] += 1
+        if verify == "raise":
+            raise ConnectionError("provider unreachable")
+        return verify == "yes"
+
+    with ctx.effect("charge", target="card-1", verify=None if verify == "none" else check) as fx:
+        if not fx.done:
+            RUNS["charge"] += 1
+            if "charge" in CRASH_IN_EFFECT:
+                CRASH_IN_EFFECT.discard("charge")
+                raise WorkerDied()
+            if fail:
+                raise ConnectionRefusedError("card declined")
+            fx.record(charge_id="ch_1")
+    return {"key": fx.key, "detail": fx.detail, "done": fx.done}
+
+
+@tools.tool(task="required")
+def charge_then_ask(ctx: ToolContext) -> str:
+    """An effect with a compensate hook, then a question (cancel it while it waits)."""
+
+    def undo(key: str) -> None:
+        RUNS[f"undo:{key}"] += 1
+
+    with ctx.effect("reserve", compensate=undo) as fx:
+        if not fx.done:
+            RUNS["reserve"] += 1
+    ctx.ask("go", message="Go on?")
+    ctx.check_cancelled()
+    return "done"
+
+
+@tools.tool(task="required")
+def effect_then_fail(ctx: ToolContext) -> str:
+    """An effect with a compensate hook, then a tool error: the effect is compensated."""
+    with ctx.effect("reserve", compensate=lambda key: RUNS.update([f"undo:{key}"])) as fx:
+        if not fx.done:
+            RUNS["reserve"] += 1
+    raise ToolError("could not finish")
+
+
+@tools.tool(task="required")
+def ask_in_effect(ctx: ToolContext) -> str:
+    """Asks a question inside an effect body, which the runtime refuses."""
+    with ctx.effect("send"):
+        ctx.ask("inside", message="?")
+    return "unreachable"
+
+
+@tools.tool(task="required")
+def nondeterministic(ctx: ToolContext) -> str:
+    """Names its first step after the clock: a different call on every leg."""
+    ctx.step(f"stamp-{time.time_ns()}", lambda: 1)
+    ctx.ask("again", message="Run another leg?")
+    return "unreachable on a later leg"
+
+
+@tools.tool(task="required")
+def returns_early(ctx: ToolContext, flag_path: str) -> str:
+    """Makes a journaled call only while FLAG_PATH exists (a non-deterministic ending)."""
+    if os.path.exists(flag_path):
+        ctx.step("only-sometimes", lambda: 1)
+        ctx.ask("go", message="?")
+    return "done"
+
+
+@tools.tool(task="required", time_limit=0.5)
+def busy(ctx: ToolContext, checkpoints: bool = True) -> str:
+    """Runs past its 0.5 s time limit, with or without checkpoints."""
+    if checkpoints:
+        ctx.sleep(5)
+    else:
+        time.sleep(5)
+    return "finished"
+
+
+@tools.tool(task="required")
+def sleeper(ctx: ToolContext, seconds: float = 5) -> str:
+    """Sleeps with checkpoints, reporting progress."""
+    steps_total = max(1, int(seconds / 0.1))
+    for i in range(steps_total):
+        ctx.progress(i, steps_total, "sleeping")
+        ctx.sleep(0.1)
+    return "awake"
+
+
+@tools.tool(task="required")
+def suicide(ctx: ToolContext) -> str:
+    """Kills its own process with SIGKILL inside an effect, once per task (worker tests)."""
+    from tasks_app.models import DemoRefund
+
+    with ctx.effect("mark") as fx:
+        if not fx.done:
+            _marker, created = DemoRefund.objects.get_or_create(
+                downstream_key=f"suicide:{ctx.task_id}",
+                defaults={"payment_id": "p", "amount_cents": 1},
+            )
+            if created:
+                os.kill(os.getpid(), signal.SIGKILL)
+    return "survived"

@@ -1,0 +1,330 @@
+"""Legs: how a tool function's ending becomes the task's status, leases, replay and limits."""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tasks_app import runtime
+from tasks_app.models import Dispatch, JournalEntry, Status, Task
+from tasks_app.runtime import Outcome
+from tests.runtime_toolset import RUNS
+from tests.tasks_app.runtime_helpers import (
+    RUNTIME_TOOLSETS,
+    answer,
+    events,
+    leg,
+    next_dispatch,
+    submit,
+    text_of,
+)
+
+
+@pytest.fixture(autouse=True)
+def _runtime_tools(settings):  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    RUNS.clear()
+
+
+# --- endings ---------------------------------------------------------------------------------
+
+
+def test_it_completes_a_task_with_what_the_function_returned(alice) -> None:
+    task = submit(alice, "noop")
+
+    assert leg(task) == Outcome.COMPLETED
+
+    assert task.status == Status.COMPLETED
+    assert task.result == {"content": [{"type": "text", "text": "ok"}], "isError": False}
+    assert task.leg == 1
+    assert (task.lease_owner, task.lease_expires_at) == ("", None)
+    assert events(task) == ["leg_started", "completed"]
+    started = task.events.get(kind="leg_started")
+    assert started.detail["leg"] == 1
+    assert started.actor.count(":") == 2  # host:pid:suffix
+
+
+def test_it_returns_structured_content(alice) -> None:
+    task = submit(alice, "outcome", how="structured")
+
+    leg(task)
+
+    assert task.result["structuredContent"] == {"answer": 42}
+    assert task.result["isError"] is False
+
+
+def test_a_tool_error_completes_the_task_with_is_error(alice) -> None:
+    task = submit(alice, "outcome", how="tool_error")
+
+    assert leg(task) == Outcome.COMPLETED
+
+    assert task.status == Status.COMPLETED
+    assert task.result["isError"] is True
+    assert text_of(task.result) == "the payment provider said no"
+    assert task.events.get(kind="completed").detail["is_error"] is True
+
+
+def test_an_unexpected_exception_reports_its_type_and_message_without_a_traceback(alice) -> None:
+    task = submit(alice, "outcome", how="exception")
+
+    leg(task)
+
+    assert task.status == Status.COMPLETED
+    assert task.result["isError"] is True
+    assert text_of(task.result) == "KeyError: 'missing-thing'"
+
+
+def test_a_protocol_error_fails_the_task_with_its_json_rpc_error(alice) -> None:
+    task = submit(alice, "outcome", how="protocol_error")
+
+    assert leg(task) == Outcome.FAILED
+
+    assert task.status == Status.FAILED
+    assert task.error == {"code": -32050, "message": "bad upstream", "data": {"upstream": "x"}}
+
+
+def test_a_result_that_is_not_json_becomes_a_clear_tool_error(alice) -> None:
+    task = submit(alice, "outcome", how="not_json")
+
+    leg(task)
+
+    assert task.status == Status.COMPLETED
+    assert task.result["isError"] is True
+    assert text_of(task.result).startswith("Tool outcome returned a value that is not valid JSON")
+
+
+def test_a_tool_that_is_no_longer_enabled_fails_the_task(alice, settings) -> None:
+    task = submit(alice, "noop")
+    settings.TASKDESK_TOOLSETS = ["demo"]
+
+    assert leg(task) == Outcome.FAILED
+
+    assert task.error["code"] == -32603
+    assert "Tool noop is not available on this worker" in task.error["message"]
+
+
+# --- leases and duplicate messages ------------------------------------------------------
+
+
+def test_the_same_message_delivered_twice_runs_one_leg(alice) -> None:
+    task = submit(alice, "asks_operator")
+    dispatch_id = next_dispatch(task)
+
+    first = runtime.run_leg(task_id=task.pk, dispatch_id=dispatch_id)
+    # The task now waits for an operator: still working and unleased, so only the consumed
+    # dispatch record tells the second delivery apart from a real new leg.
+    second = runtime.run_leg(task_id=task.pk, dispatch_id=dispatch_id)
+
+    task.refresh_from_db()
+    assert (first, second) == (Outcome.SUSPENDED, Outcome.SKIPPED)
+    assert task.status == Status.WORKING
+    assert task.leg == 1
+    assert events(task).count("leg_started") == 1
+
+
+def test_a_leg_does_nothing_while_another_leg_holds_a_live_lease(alice) -> None:
+    task = submit(alice, "noop")
+    Task.objects.filter(pk=task.pk).update(
+        lease_owner="elsewhere:1:abc", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+
+    assert leg(task) == Outcome.SKIPPED
+
+    assert task.status == Status.WORKING
+    assert task.leg == 0
+    assert Dispatch.objects.get(task=task).consumed_at is not None
+
+
+def test_a_leg_takes_over_an_expired_lease(alice) -> None:
+    task = submit(alice, "noop")
+    Task.objects.filter(pk=task.pk).update(
+        lease_owner="dead:1:abc", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    assert leg(task) == Outcome.COMPLETED
+
+
+@pytest.mark.parametrize("status", [Status.INPUT_REQUIRED, Status.COMPLETED, Status.CANCELLED])
+def test_a_task_that_is_not_working_is_never_started(alice, status) -> None:
+    task = submit(alice, "noop")
+    Task.objects.filter(pk=task.pk).update(status=status)
+
+    assert leg(task) == Outcome.SKIPPED
+
+    assert task.leg == 0
+    assert "leg_started" not in events(task)
+
+
+def test_the_sweeper_redispatches_a_task_whose_lease_expired(alice) -> None:
+    task = submit(alice, "noop")
+    runtime.run_leg(task_id=task.pk, dispatch_id=next_dispatch(task))  # completes
+    stuck = submit(alice, "noop")
+    live = submit(alice, "noop")
+    now = timezone.now()
+    Task.objects.filter(pk=stuck.pk).update(
+        lease_owner="dead:1:abc", lease_expires_at=now - timedelta(seconds=1), leg=1
+    )
+    Task.objects.filter(pk=live.pk).update(
+        lease_owner="alive:1:abc", lease_expires_at=now + timedelta(seconds=30), leg=1
+    )
+    Dispatch.objects.update(consumed_at=now)
+
+    assert runtime.redispatch_expired_leases() == 1
+
+    stuck.refresh_from_db()
+    assert (stuck.lease_owner, stuck.lease_expires_at) == ("", None)
+    expired = stuck.events.get(kind="lease_expired")
+    assert expired.detail == {"owner": "dead:1:abc", "leg": 1}
+    assert Dispatch.objects.get(task=stuck, consumed_at__isnull=True).reason == "lease_expired"
+    assert not Dispatch.objects.filter(task=live, consumed_at__isnull=True).exists()
+    assert leg(stuck) == Outcome.COMPLETED
+    assert stuck.leg == 2
+    assert runtime.redispatch_expired_leases() == 0
+
+
+# --- the journal ---------------------------------------------------------------------------
+
+
+def test_journaled_steps_run_once_across_legs(alice) -> None:
+    task = submit(alice, "steps", label="b")
+
+    assert leg(task) == Outcome.SUSPENDED
+    answer(task, "approve", {"action": "accept", "content": {"approve": True}})
+    assert leg(task) == Outcome.COMPLETED
+
+    assert task.result["structuredContent"] == {
+        "loaded": [1, "b"],
+        "action": "accept",
+        "content": {"approve": True},
+        "total": 41,
+    }
+    assert RUNS["load"] == 1
+    assert RUNS["total"] == 1
+    journal = list(JournalEntry.objects.filter(task=task).values_list("seq", "kind", "name"))
+    assert journal == [(0, "step", "load"), (1, "ask", "approve"), (2, "step", "total")]
+
+
+def test_a_different_call_at_a_recorded_position_fails_the_task(alice) -> None:
+    task = submit(alice, "nondeterministic")
+    leg(task)
+    recorded = JournalEntry.objects.get(task=task, seq=0).name
+    answer(task, "again", {"action": "accept", "content": {}})
+
+    assert leg(task) == Outcome.FAILED
+
+    assert task.status == Status.FAILED
+    assert task.error["code"] == -32603
+    message = task.error["message"]
+    assert message.startswith("Tool nondeterministic is not deterministic: journaled call #1 was ")
+    assert f"ctx.step('{recorded}') on an earlier leg but is ctx.step('stamp-" in message
+    assert "on leg 2" in message
+    assert task.error["data"]["reason"] == "non_deterministic"
+    assert task.error["data"]["recorded"] == {"kind": "step", "name": recorded}
+
+
+def test_returning_before_the_recorded_calls_is_not_deterministic_either(alice, tmp_path) -> None:
+    flag = tmp_path / "flag"
+    flag.touch()
+    task = submit(alice, "returns_early", flag_path=str(flag))
+    leg(task)
+    flag.unlink()
+    answer(task, "go", {"action": "accept", "content": {}})
+
+    leg(task)
+
+    assert task.status == Status.FAILED
+    assert (
+        "journaled call #1 was ctx.step('only-sometimes') on an earlier leg but is no further "
+        "journaled call on leg 2" in task.error["message"]
+    )
+
+
+def test_answers_recorded_at_acceptance_are_replayed(alice) -> None:
+    task = submit(alice, "asks_operator")
+    JournalEntry.objects.create(
+        task=task, seq=1, kind="ask", name="ok", outcome={"action": "accept", "content": {"ok": 1}}
+    )
+
+    assert leg(task) == Outcome.COMPLETED
+
+    assert text_of(task.result) == "accept {'ok': 1}"
+    assert not task.input_requests.exists()
+
+
+# --- time limits, progress, cancellation ----------------------------------------------------
+
+
+@pytest.mark.parametrize("checkpoints", [True, False])
+def test_a_leg_past_its_time_limit_fails_the_task(alice, checkpoints) -> None:
+    task = submit(alice, "busy", checkpoints=checkpoints)
+    started = time.monotonic()
+
+    assert leg(task) == Outcome.FAILED
+
+    assert time.monotonic() - started < 2
+    assert task.error["message"] == (
+        "Tool busy ran longer than its time limit of 0.5 s (leg 1) and was stopped"
+    )
+    assert task.error["data"] == {"reason": "time_limit", "timeLimitSeconds": 0.5}
+
+
+def test_progress_becomes_the_status_message(alice, monkeypatch) -> None:
+    from tasks_app.runtime import context
+
+    seen: list[str] = []
+    original = context.transitions.set_status_message
+
+    def spy(*, task_id: str, message: str) -> None:
+        seen.append(message)
+        original(task_id=task_id, message=message)
+
+    monkeypatch.setattr(context.transitions, "set_status_message", spy)
+    task = submit(alice, "sleeper", seconds=1)
+
+    leg(task)
+
+    assert seen[0] == "sleeping (0/10)"
+    assert len(seen) < 7  # written at most every quarter second
+
+
+def test_a_leg_stops_at_a_checkpoint_once_cancellation_is_requested(alice) -> None:
+    task = submit(alice, "sleeper", seconds=5)
+    # As if tasks/cancel arrived while the leg ran (request_cancel would cancel an unleased
+    # task at once, so record the request the way it does for a running one).
+    Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
+    started = time.monotonic()
+
+    assert leg(task) == Outcome.CANCELLED
+
+    assert time.monotonic() - started < 1
+    assert task.status == Status.CANCELLED
+    cancelled = task.events.get(kind="cancelled")
+    assert cancelled.detail == {"work_stopped": True}
+    assert cancelled.actor_type == "worker"
+
+
+def test_the_worker_log_names_the_task_and_the_leg(alice, caplog) -> None:
+    task = submit(alice, "noop")
+
+    with caplog.at_level("INFO", logger="tasks_app.runtime"):
+        leg(task)
+
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith(f"leg started task={task.pk} leg=1 tool=noop") for line in lines)
+    assert any(
+        line.startswith(f"leg ended task={task.pk} leg=1 outcome=completed") for line in lines
+    )
+
+
+def test_the_job_runs_a_leg(alice) -> None:
+    from tasks_app.tasks import run_task_job
+
+    task = submit(alice, "noop")
+
+    run_task_job(task_id=task.pk, dispatch_id=next_dispatch(task))
+
+    task.refresh_from_db()
+    assert task.status == Status.COMPLETED

@@ -17,7 +17,9 @@ use the same shapes):
   same ``seq``.
 
 Checkpoints. Every ctx call first checks that the lease is still this leg's, that the leg is
-within its time limit, and (outside an effect body) that cancellation was not requested.
+within its time limit, and that cancellation was not requested. The last check waits inside
+an effect body (an effect in flight settles and is recorded first) and while the leg is still
+replaying effects recorded by earlier legs (so their compensate hooks are known).
 """
 
 from __future__ import annotations
@@ -113,6 +115,12 @@ class TaskContext(ToolContext):
             JournalEntry.objects.filter(task_id=task.pk).order_by("seq")
         )
         self.cursor = 0
+        # While the replay has not yet passed the last recorded effect, a cancellation
+        # request waits: replaying those effects (which never runs them again) registers their
+        # compensate hooks, so a cancelled task can undo what earlier legs did.
+        self._replaying_effects_until = max(
+            (i for i, e in enumerate(self.journal) if e.kind == JournalKind.EFFECT), default=-1
+        )
         self.effect_in_flight: EffectScope | None = None
         self.compensations: list[Compensation] = []
         self._shield_depth = 0
@@ -158,7 +166,7 @@ class TaskContext(ToolContext):
             raise LeaseLost(f"task {self.task_id}: another leg took the lease over")
         if self.deadline is not None and time.monotonic() > self.deadline:
             raise TimeLimitExceeded(self.time_limit or 0)
-        if self.effect_in_flight is not None:
+        if self.effect_in_flight is not None or self.cursor <= self._replaying_effects_until:
             return
         now = time.monotonic()
         if not fresh and now - self._cancel_checked_at < CANCEL_POLL_SECONDS:

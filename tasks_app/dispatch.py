@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from datetime import timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, transaction
+from django.db import close_old_connections, connections, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -43,6 +43,8 @@ BROKER_PAUSE_SECONDS = 2.0
 # concurrent requests go out in one batch.
 _LINGER_SECONDS = 0.002
 _BATCH_SIZE = 100
+# An idle publisher thread closes its database connection after this long.
+_IDLE_SECONDS = 1.0
 
 Pending = tuple[int, str]  # (dispatch id, task id)
 
@@ -138,22 +140,46 @@ class _Publisher:
 
     def __init__(self) -> None:
         self._queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
-        self._lock = threading.Lock()
+        self._cond = threading.Condition()
         self._pid: int | None = None
+        self._pending = 0  # submitted and not yet handled
+        self._resting = True  # idle, holding no database connection
         self._paused_until = 0.0
 
     def submit(self, record: Pending) -> None:
-        if self._pid != os.getpid():  # first use in this process (also after a fork)
-            with self._lock:
-                if self._pid != os.getpid():
-                    self._queue = queue.SimpleQueue()
-                    threading.Thread(
-                        target=self._run, name="dispatch-publisher", daemon=True
-                    ).start()
-                    self._pid = os.getpid()
+        with self._cond:
+            if self._pid != os.getpid():  # first use in this process (also after a fork)
+                self._queue, self._pending = queue.SimpleQueue(), 0
+                threading.Thread(target=self._run, name="dispatch-publisher", daemon=True).start()
+                self._pid = os.getpid()
+            self._pending += 1
+            self._resting = False
         self._queue.put(record)
 
-    def _take_batch(self, timeout: float | None = None) -> list[Pending]:
+    def wait(self, timeout: float) -> bool:
+        """Wait until everything submitted was handled and the thread rests. Return False if
+        TIMEOUT ran out first."""
+        with self._cond:
+            if self._pid != os.getpid():
+                return True  # never used in this process
+            return self._cond.wait_for(lambda: self._resting, timeout)
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take_batch(timeout=_IDLE_SECONDS)
+            if batch:
+                self._publish(batch)
+                with self._cond:
+                    self._pending -= len(batch)
+                continue
+            # Idle: give the database connection back rather than hold it open.
+            connections.close_all()
+            with self._cond:
+                if self._pending == 0:
+                    self._resting = True
+                    self._cond.notify_all()
+
+    def _take_batch(self, timeout: float) -> list[Pending]:
         try:
             batch = [self._queue.get(timeout=timeout)]
         except queue.Empty:
@@ -166,10 +192,6 @@ class _Publisher:
                 break
         return batch
 
-    def _run(self) -> None:
-        while True:
-            self._publish(self._take_batch())
-
     def _publish(self, batch: list[Pending]) -> None:
         if time.monotonic() < self._paused_until:
             return  # the broker failed a moment ago: these are the sweeper's
@@ -180,17 +202,15 @@ class _Publisher:
         except Exception:  # the database failed: the records stay unpublished for the sweeper
             log.exception("publishing %s dispatch records failed", len(batch))
 
-    def flush(self, timeout: float = 2.0) -> None:
-        """Publish what is queued, for a process that is about to exit."""
-        if self._pid != os.getpid():
-            return
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            batch = self._take_batch(timeout=0)
-            if not batch:
-                return
-            self._publish(batch)
-
 
 _publisher = _Publisher()
-atexit.register(_publisher.flush)
+
+
+def wait_for_publisher(timeout: float = 5.0) -> bool:
+    """Wait until this process has published every record it committed (or handed it to the
+    sweeper). Return False if TIMEOUT ran out first."""
+    return _publisher.wait(timeout)
+
+
+# A process that exits normally gives its last records a moment to go out.
+atexit.register(wait_for_publisher, 2.0)

@@ -111,3 +111,13 @@ def live(transactional_db):  # type: ignore[no-untyped-def]
 
     with live_stack() as stack:
         yield stack
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _dispatch_publisher_rests(django_db_setup):  # type: ignore[no-untyped-def]
+    """Before the test database is dropped, let this process's dispatch publisher thread
+    finish and close its connection (it holds one for a second after its last record)."""
+    yield
+    from tasks_app import dispatch
+
+    dispatch.wait_for_publisher()

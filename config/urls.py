@@ -4,9 +4,11 @@ from django.contrib import admin
 from django.urls import include, path
 
 from tasks_app import views as task_views
+from tasks_app.mcp.views import McpView
 
 urlpatterns = [
     path("healthz", task_views.healthz, name="healthz"),
+    path("mcp", McpView.as_view(), name="mcp"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("tasks_app.urls")),

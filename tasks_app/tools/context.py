@@ -125,6 +125,13 @@ class ToolContext(abc.ABC):
         the client's result. Only the synchronous (MRTR) path supports it."""
         raise ToolError(f"{method} input requests are not available inside a task")
 
+    def request_inputs(
+        self, requests: dict[str, tuple[str, dict[str, Any]]]
+    ) -> dict[str, dict[str, Any]]:
+        """Send several raw input requests at once (KEY -> (method, params)), all pending
+        together, and return every result. Only the synchronous (MRTR) path supports it."""
+        return {key: self.request_input(key, m, p) for key, (m, p) in requests.items()}
+
     def escalate(self) -> None:
         """From here on, run as a task (for tools declared with ``escalate=True``).
 

@@ -1,0 +1,79 @@
+"""Who is calling: bearer tokens as a DRF authentication class, and poll throttling.
+
+``TASKDESK_ANONYMOUS_CLIENT`` (off by default; ``check --deploy`` warns when it is set) maps
+requests without an Authorization header to that client, created on first use in a tenant of
+the same name: for local trials and conformance runs. A bad token is refused even then.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.conf import settings
+from django.core.signals import setting_changed
+from django.dispatch import receiver
+from rest_framework import authentication, exceptions, permissions, throttling
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from tasks_app import tokens
+from tasks_app.clients import client_get_or_create
+from tasks_app.models import Client
+
+_anonymous: dict[str, Client] = {}
+
+
+@receiver(setting_changed)
+def _forget_anonymous(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKDESK_ANONYMOUS_CLIENT":
+        _anonymous.clear()
+
+
+def anonymous_client(name: str) -> Client:
+    client = _anonymous.get(name)
+    if client is None:
+        client = _anonymous[name] = client_get_or_create(name=name, tenant=name)
+    return client
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer <token>`` with a token from ``manage.py create_client_token``."""
+
+    def authenticate(self, request: Request) -> tuple[Client, str | None] | None:
+        header = request.META.get("HTTP_AUTHORIZATION")
+        if not header:
+            name = settings.TASKDESK_ANONYMOUS_CLIENT
+            return (anonymous_client(name), None) if name else None
+        scheme, _, token = header.partition(" ")
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
+            raise exceptions.AuthenticationFailed(
+                "The Authorization header must be 'Bearer <token>'"
+            )
+        client = tokens.client_for_token(token)
+        if client is None:
+            raise exceptions.AuthenticationFailed("The bearer token is unknown or revoked")
+        return client, token
+
+    def authenticate_header(self, request: Request) -> str:
+        return 'Bearer realm="taskdesk"'
+
+
+class HasClient(permissions.BasePermission):
+    def has_permission(self, request: Request, view: APIView) -> bool:
+        return isinstance(request.user, Client)
+
+
+class PollThrottle(throttling.SimpleRateThrottle):
+    """Slows down clients polling ``tasks/get`` faster than
+    ``REST_FRAMEWORK["DEFAULT_THROTTLE_RATES"]["mcp_poll"]`` (e.g. ``"10/second"``; unset by
+    default, which turns it off). Counted per client and task, in Django's cache."""
+
+    scope = "mcp_poll"
+
+    def get_cache_key(self, request: Request, view: APIView) -> str | None:
+        client = request.user
+        task_id = getattr(view, "task_id", None)
+        if not isinstance(client, Client):
+            return None
+        return self.cache_format % {"scope": self.scope, "ident": f"{client.pk}:{task_id}"}

@@ -1,0 +1,186 @@
+"""JSON-RPC errors of the MCP endpoint, one class per kind, each with its HTTP status.
+
+A handler raises one of these; the transport turns it into a JSON-RPC error response with
+the request's id. The HTTP statuses follow the 2026-07-28 Streamable HTTP transport: an
+unknown method is 404, the envelope, header, capability and version errors are 400, and an
+internal error stays 200 (the JSON-RPC body carries the failure).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+class McpError(Exception):
+    code: int = -32603
+    http_status: int = 200
+    default_message: str = "Internal error"
+
+    def __init__(self, message: str | None = None, *, data: Any = None) -> None:
+        self.message = message or self.default_message
+        self.data = data
+        super().__init__(self.message)
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+    def headers(self) -> dict[str, str]:
+        return {}
+
+
+class ParseError(McpError):
+    code = -32700
+    http_status = 400
+    default_message = "Parse error: the body is not valid JSON"
+
+
+class InvalidRequest(McpError):
+    code = -32600
+    http_status = 400
+    default_message = "Invalid request"
+
+
+class MethodNotFound(McpError):
+    code = -32601
+    http_status = 404
+    default_message = "Method not found"
+
+
+class InvalidParams(McpError):
+    code = -32602
+    http_status = 400
+    default_message = "Invalid params"
+
+
+class InternalError(McpError):
+    code = -32603
+    http_status = 200
+
+
+class HeaderMismatch(McpError):
+    """A required MCP header is missing or disagrees with the body (SEP-2243)."""
+
+    code = -32020
+    http_status = 400
+    default_message = "Header mismatch"
+
+
+class MissingCapability(McpError):
+    """The request needs a client capability its own ``_meta`` does not declare (SEP-2575)."""
+
+    code = -32021
+    http_status = 400
+    default_message = "Missing required client capability"
+
+    def __init__(self, message: str, *, required: dict[str, Any]) -> None:
+        super().__init__(message, data={"requiredCapabilities": required})
+
+
+class UnsupportedVersion(McpError):
+    code = -32022
+    http_status = 400
+    default_message = "Unsupported protocol version"
+
+    def __init__(self, *, requested: Any, supported: list[str]) -> None:
+        super().__init__(
+            f"Unsupported protocol version {requested!r}; this server speaks "
+            f"{', '.join(supported)}",
+            data={"supported": supported, "requested": requested},
+        )
+
+
+def tasks_extension_required(what: str) -> MissingCapability:
+    return MissingCapability(
+        f"{what} requires the {TASKS_EXTENSION} extension: declare it in this request's "
+        "_meta clientCapabilities.extensions",
+        required={"extensions": {TASKS_EXTENSION: {}}},
+    )
+
+
+# --- transport-level refusals (HTTP first, with a JSON-RPC body for clients that read it) ---
+
+
+class Unauthorized(McpError):
+    code = -32600
+    http_status = 401
+    default_message = "Authentication required: send Authorization: Bearer <token>"
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": 'Bearer realm="taskdesk"'}
+
+
+class ForbiddenOrigin(McpError):
+    code = -32600
+    http_status = 403
+    default_message = "Origin not allowed"
+
+
+class NotAcceptable(McpError):
+    code = -32600
+    http_status = 406
+    default_message = (
+        "Not acceptable: the Accept header must allow application/json and text/event-stream"
+    )
+
+
+class UnsupportedMediaType(McpError):
+    code = -32600
+    http_status = 415
+    default_message = "Unsupported media type: send Content-Type: application/json"
+
+
+class PayloadTooLarge(McpError):
+    code = -32600
+    http_status = 413
+
+
+class MethodNotAllowed(McpError):
+    code = -32600
+    http_status = 405
+    default_message = "Method not allowed: the MCP endpoint accepts POST only"
+
+    def headers(self) -> dict[str, str]:
+        return {"Allow": "POST"}
+
+
+class Throttled(McpError):
+    """A client polled ``tasks/get`` faster than the configured rate."""
+
+    code = -32600
+    http_status = 429
+
+    def __init__(self, wait: float | None) -> None:
+        seconds = max(1, round(wait or 1))
+        super().__init__(
+            f"Polling too fast: wait {seconds} s (honour pollIntervalMs)",
+            data={"retryAfterMs": seconds * 1000},
+        )
+        self.retry_after = seconds
+
+    def headers(self) -> dict[str, str]:
+        return {"Retry-After": str(self.retry_after)}
+
+
+# HTTP status of each JSON-RPC code on the 2026-07-28 transport; anything else answers 200.
+HTTP_STATUS = {
+    -32700: 400,
+    -32600: 400,
+    -32601: 404,
+    -32602: 400,
+    -32020: 400,
+    -32021: 400,
+    -32022: 400,
+}
+
+
+def from_code(code: int, message: str, data: Any = None) -> McpError:
+    """An error with any JSON-RPC CODE (from a tool's ProtocolError or an AcceptanceError)."""
+    error = McpError(message, data=data)
+    error.code = code
+    error.http_status = HTTP_STATUS.get(code, 200)
+    return error

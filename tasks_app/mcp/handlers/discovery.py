@@ -1,0 +1,96 @@
+"""``server/discover``, the list methods and ``completion/complete``."""
+
+from __future__ import annotations
+
+from functools import cache
+from importlib import metadata
+from typing import Any
+
+from tasks_app.mcp import catalog
+from tasks_app.mcp.envelope import SERVER_INFO
+from tasks_app.mcp.errors import TASKS_EXTENSION, InvalidParams
+from tasks_app.mcp.handlers import methods
+from tasks_app.mcp.registry import Call
+from tasks_app.mcp.serializers import CompletionParams, ListParams
+
+SUPPORTED_VERSIONS = ["2026-07-28"]
+# Lists change only when the server is redeployed with other toolsets; they are the same for
+# every client, so shared caches may keep them for a while (SEP-2549 caching hints).
+LIST_TTL_MS = 300_000
+LIST_CACHE_SCOPE = "public"
+COMPLETION_LIMIT = 100
+
+
+@cache
+def server_info() -> dict[str, str]:
+    try:
+        version = metadata.version("taskdesk")
+    except metadata.PackageNotFoundError:
+        version = "0"
+    return {"name": "taskdesk", "version": version}
+
+
+def _cached(body: dict[str, Any]) -> dict[str, Any]:
+    return {**body, "ttlMs": LIST_TTL_MS, "cacheScope": LIST_CACHE_SCOPE}
+
+
+@methods.method("server/discover")
+def discover(call: Call) -> dict[str, Any]:
+    # Tasks are advertised as an extension, never as capabilities.tasks (SEP-2663,
+    # "Capability Negotiation"); the list capabilities promise no change notifications
+    # because the lists only change on redeploy.
+    return _cached(
+        {
+            "supportedVersions": SUPPORTED_VERSIONS,
+            "capabilities": {
+                "tools": {"listChanged": False},
+                "prompts": {"listChanged": False},
+                "resources": {"subscribe": False, "listChanged": False},
+                "completions": {},
+                "logging": {},
+                "extensions": {TASKS_EXTENSION: {}},
+            },
+            "_meta": {SERVER_INFO: server_info()},
+        }
+    )
+
+
+# Everything fits on one page, so the cursor is accepted and ignored.
+@methods.method("tools/list", params=ListParams)
+def tools_list(call: Call) -> dict[str, Any]:
+    return _cached({"tools": catalog.current().tools_wire})
+
+
+@methods.method("prompts/list", params=ListParams)
+def prompts_list(call: Call) -> dict[str, Any]:
+    return _cached({"prompts": catalog.current().prompts_wire})
+
+
+@methods.method("resources/list", params=ListParams)
+def resources_list(call: Call) -> dict[str, Any]:
+    return _cached({"resources": catalog.current().resources_wire})
+
+
+@methods.method("resources/templates/list", params=ListParams)
+def resource_templates_list(call: Call) -> dict[str, Any]:
+    return _cached({"resourceTemplates": catalog.current().templates_wire})
+
+
+@methods.method("completion/complete", params=CompletionParams)
+def complete(call: Call) -> dict[str, Any]:
+    ref, argument = call.data["ref"], call.data["argument"]
+    values: list[str] = []
+    if ref["type"] == "ref/prompt":
+        prompt = catalog.current().prompts.get(ref.get("name", ""))
+        if prompt is None:
+            raise InvalidParams(f"Unknown prompt: {ref.get('name')!r}")
+        if prompt.complete is not None:
+            values = list(prompt.complete(argument["name"], argument["value"]))
+    total = len(values)
+    return {
+        "completion": {
+            "values": values[:COMPLETION_LIMIT],
+            "total": total,
+            "hasMore": total > COMPLETION_LIMIT,
+        }
+    }

@@ -1,0 +1,61 @@
+"""Running a tool function or prompt inside the request, with MRTR rounds (SEP-2322)."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+from tasks_app.mcp import mrtr
+from tasks_app.mcp.errors import from_code
+from tasks_app.mcp.registry import Call
+from tasks_app.mcp.streaming import Emit, Streamed
+from tasks_app.mcp.sync import NeedInput, SyncContext
+from tasks_app.tools import ProtocolError
+
+Body = Callable[[SyncContext], dict[str, Any]]
+
+
+def run(
+    call: Call, *, subject: str, arguments_fp: str, body: Body, can_escalate: bool = False
+) -> dict[str, Any] | Streamed:
+    """Run BODY with a SyncContext holding every answer of earlier rounds.
+
+    A question still unanswered ends the round with an ``InputRequiredResult``. The call
+    streams (SSE) only if the request asked for progress or log notifications.
+    """
+    answers = dict(call.data.get("inputResponses") or {})
+    state = call.data.get("requestState")
+    if state:
+        # Answers of earlier rounds come from the signed state and are not replaced by the
+        # client's new responses.
+        answers.update(
+            mrtr.unseal(state, client=call.client, subject=subject, arguments_fp=arguments_fp)
+        )
+
+    def go(emit: Emit | None, cancelled: threading.Event | None) -> dict[str, Any]:
+        ctx = SyncContext(
+            client=call.client,
+            envelope=call.envelope,
+            name=subject,
+            answers=answers,
+            can_escalate=can_escalate,
+            emit=emit,
+            cancelled=cancelled,
+        )
+        try:
+            return body(ctx)
+        except NeedInput as need:
+            return mrtr.input_required(
+                need.requests,
+                client=call.client,
+                subject=subject,
+                arguments_fp=arguments_fp,
+                answers=ctx.used,
+            )
+        except ProtocolError as exc:
+            raise from_code(exc.code, str(exc), exc.data) from exc
+
+    if call.envelope.progress_token is not None or call.envelope.log_level is not None:
+        return Streamed(go)
+    return go(None, None)

@@ -1,0 +1,70 @@
+"""``tasks/get``, ``tasks/update`` and ``tasks/cancel`` of the tasks extension (SEP-2663).
+
+Each checks that its own request declares the extension before it looks the task up, so a
+non-declaring client learns nothing about which ids exist (-32021 first, then -32602). A task
+of another client answers exactly like an unknown one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from elicitations import transitions as elicitation_transitions
+from elicitations.models import Audience, Channel, RequestStatus
+from tasks_app import selectors, transitions
+from tasks_app.mcp import wire
+from tasks_app.mcp.auth import PollThrottle
+from tasks_app.mcp.errors import InvalidParams, Throttled, tasks_extension_required
+from tasks_app.mcp.handlers import methods
+from tasks_app.mcp.registry import Call
+from tasks_app.mcp.serializers import TaskParams, TasksUpdateParams
+from tasks_app.models import Actor, Status, Task
+
+
+def _task(call: Call) -> Task:
+    if not call.envelope.declares_tasks:
+        raise tasks_extension_required(call.method)
+    task_id = call.data["taskId"]
+    try:
+        return selectors.task_get_for_client(client=call.client, task_id=task_id)
+    except selectors.TaskNotFound:
+        raise InvalidParams(f"Task {task_id} not found", data={"taskId": task_id}) from None
+
+
+@methods.method("tasks/get", params=TaskParams, name_param="taskId")
+def tasks_get(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    call.view.task_id = task.pk  # the throttle counts per client and task
+    throttle = PollThrottle()
+    if not throttle.allow_request(call.request, call.view):
+        raise Throttled(throttle.wait())
+    requests = []
+    if task.status == Status.INPUT_REQUIRED:
+        # input_required lists every pending request the client may answer (SEP-2663).
+        requests = list(
+            task.input_requests.filter(
+                status=RequestStatus.PENDING, audience__in=[Audience.CLIENT, Audience.ANY]
+            )
+        )
+    return wire.detailed_task(task, requests)
+
+
+@methods.method("tasks/update", params=TasksUpdateParams, name_param="taskId")
+def tasks_update(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    # Unknown, already answered or invalid keys are ignored (the ack promises nothing); the
+    # elicitations app records each outcome on the task's timeline, and the task resumes
+    # once nothing is pending.
+    for key, response in call.data["inputResponses"].items():
+        elicitation_transitions.answer(
+            task=task, key=key, response=response, channel=Channel.TASKS_UPDATE, client=call.client
+        )
+    return {}
+
+
+@methods.method("tasks/cancel", params=TaskParams, name_param="taskId")
+def tasks_cancel(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    # Acked for a terminal task too (it stays as it is): cancellation is cooperative.
+    transitions.request_cancel(task_id=task.pk, actor_type=Actor.CLIENT, actor=call.client.name)
+    return {}

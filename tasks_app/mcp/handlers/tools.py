@@ -1,0 +1,173 @@
+"""``tools/call``: run synchronously, or accept a durable task and hand back its receipt.
+
+The decision is made per request, from that request's own ``_meta`` (SEP-2663, "Task
+Creation": a server MUST NOT return a CreateTaskResult unless the request declares the
+extension, regardless of earlier requests):
+
+- ``forbidden`` tools run here; an idempotency key is not applied (and the result says so);
+- tools declared ``escalate=True`` run here first (MRTR rounds) and become a task when the
+  function calls ``ctx.escalate()``, carrying the answers collected so far;
+- with the extension, ``optional`` and ``required`` tools become tasks (CreateTaskResult);
+- without it, ``required`` tools are refused with -32021; ``optional`` tools run here, except
+  that a keyed call (or a tool that requires a key) becomes a durable task whose outcome is
+  awaited, so a retry with the same key answers from the same task.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from django.conf import settings
+
+from tasks_app import acceptance
+from tasks_app.mcp import catalog, mrtr, wire
+from tasks_app.mcp.errors import (
+    InternalError,
+    InvalidParams,
+    McpError,
+    from_code,
+    tasks_extension_required,
+)
+from tasks_app.mcp.handlers import methods, running
+from tasks_app.mcp.headers import check_param_headers
+from tasks_app.mcp.registry import Call
+from tasks_app.mcp.serializers import ToolsCallParams
+from tasks_app.mcp.streaming import Streamed
+from tasks_app.mcp.sync import Escalate, SyncContext
+from tasks_app.models import Era, Status, Task
+from tasks_app.tools import Cancelled, InvalidArguments, ToolError, ToolSpec
+from tasks_app.tools.results import error_result, text, to_call_tool_result
+
+log = logging.getLogger("tasks_app.mcp")
+
+IDEMPOTENCY_META = "dev.taskdesk/idempotency"
+TASK_ID_META = "dev.taskdesk/taskId"
+
+
+@methods.method("tools/call", params=ToolsCallParams, name_param="name")
+def tools_call(call: Call) -> dict[str, Any] | Streamed:
+    name = call.data["name"]
+    tool = catalog.current().tools.get(name)
+    if tool is None:
+        raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
+    arguments: dict[str, Any] = call.data["arguments"]
+    mirrored = catalog.current().mirrored_arguments.get(name)
+    if mirrored:
+        check_param_headers(call.request, mirrored, arguments)
+    with_tasks = call.envelope.declares_tasks
+    if tool.task == "required" and not with_tasks:
+        raise tasks_extension_required(f"Tool {name!r}")
+    if tool.task == "forbidden" or tool.escalate:
+        return _run_here(call, tool, arguments, can_escalate=tool.escalate and with_tasks)
+    if with_tasks:
+        receipt = _accept(call, tool, arguments)
+        return wire.create_task_result(receipt.task, acceptance.receipt_meta(receipt))
+    if _keyed(call, tool, arguments) or tool.requires_idempotency_key:
+        return _await(_accept(call, tool, arguments))
+    return _run_here(call, tool, arguments)
+
+
+def _keyed(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> bool:
+    return (
+        call.header(acceptance.HEADER) is not None
+        or call.envelope.meta.get(acceptance.META_KEY) is not None
+        or (tool.key_argument is not None and arguments.get(tool.key_argument) is not None)
+    )
+
+
+def _accept(
+    call: Call,
+    tool: ToolSpec,
+    arguments: dict[str, Any],
+    journal: list[dict[str, Any]] | None = None,
+) -> acceptance.Receipt:
+    try:
+        return acceptance.accept(
+            client=call.client,
+            tool=tool,
+            arguments=arguments,
+            era=Era.MODERN,
+            header_key=call.header(acceptance.HEADER),
+            meta_key=call.envelope.meta.get(acceptance.META_KEY),
+            journal=journal,
+        )
+    except acceptance.AcceptanceError as exc:
+        raise from_code(exc.code, exc.message, exc.data) from None
+    except InvalidArguments as exc:
+        raise InvalidParams(str(exc)) from None
+
+
+def _run_here(
+    call: Call, tool: ToolSpec, arguments: dict[str, Any], *, can_escalate: bool = False
+) -> dict[str, Any] | Streamed:
+    try:
+        normalized = tool.normalize_arguments(arguments)
+    except InvalidArguments as exc:
+        raise InvalidParams(str(exc)) from None
+    not_applied = tool.task == "forbidden" and _keyed(call, tool, arguments)
+
+    def body(ctx: SyncContext) -> dict[str, Any]:
+        try:
+            value = tool.func(ctx, **normalized)
+        except Escalate:
+            receipt = _accept(call, tool, arguments, journal=ctx.journal)
+            return wire.create_task_result(receipt.task, acceptance.receipt_meta(receipt))
+        except ToolError as exc:
+            result = error_result(str(exc))
+        except Cancelled:
+            raise InternalError("The call was cancelled") from None
+        else:
+            result = to_call_tool_result(value)
+        if not_applied:
+            result["_meta"] = {**result.get("_meta", {}), IDEMPOTENCY_META: "not-applied"}
+        return result
+
+    return running.run(
+        call,
+        subject=f"tool:{tool.name}",
+        arguments_fp=mrtr.fingerprint(normalized),
+        body=body,
+        can_escalate=can_escalate,
+    )
+
+
+def _await(receipt: acceptance.Receipt) -> dict[str, Any]:
+    """Wait for a keyed task and answer with its outcome, as a synchronous call would."""
+    task = acceptance.wait_for_outcome(receipt.task.pk, settings.TASKDESK_SYNC_WAIT_SECONDS)
+    meta = {TASK_ID_META: task.pk, **acceptance.receipt_meta(receipt)}
+    if task.status == Status.FAILED:
+        error = task.error or {}
+        raise _failed(task, error)
+    if task.status == Status.COMPLETED:
+        result = wire.call_tool_result(task.result)
+    elif task.status == Status.CANCELLED:
+        result = error_result(f"The job {task.pk} was cancelled before it finished.")
+    else:
+        result = _still_running(task)
+    result["_meta"] = {**result.get("_meta", {}), **meta}
+    return result
+
+
+def _failed(task: Task, error: dict[str, Any]) -> McpError:
+    data = error.get("data")
+    extra = {TASK_ID_META: task.pk}
+    return from_code(
+        int(error.get("code", -32603)),
+        str(error.get("message") or task.status_message or "The job failed"),
+        {**data, **extra} if isinstance(data, dict) else (data if data is not None else extra),
+    )
+
+
+def _still_running(task: Task) -> dict[str, Any]:
+    waiting = "is waiting for input" if task.status == Status.INPUT_REQUIRED else "is still running"
+    return {
+        "content": [
+            text(
+                f"The job {task.pk} {waiting} on the server and continues there. Call this "
+                "tool again with the same idempotency key to get its outcome once it has "
+                "finished; the retry does not start the job again."
+            )
+        ],
+        "isError": True,
+    }

@@ -1,0 +1,122 @@
+"""The 2026-07-28 era: stateless Streamable HTTP with the per-request ``_meta`` envelope.
+
+Checks run in a fixed order, so each bad request gets the most specific error: the JSON-RPC
+shape (-32600), the envelope (-32602), the MCP headers against the body (-32020, SEP-2243),
+the protocol version (-32022), the method (-32601, HTTP 404: removed methods such as
+``initialize``, ``ping``, ``tasks/list`` and ``tasks/result`` are simply absent), the
+``Mcp-Name`` header of name-bearing methods (-32020), then the method's params (-32602).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.http import HttpResponse, HttpResponseBase
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from tasks_app.mcp import envelope, eras, streaming
+from tasks_app.mcp.errors import (
+    HeaderMismatch,
+    InvalidParams,
+    InvalidRequest,
+    McpError,
+    MethodNotFound,
+    UnsupportedVersion,
+)
+from tasks_app.mcp.handlers import methods
+from tasks_app.mcp.headers import header
+from tasks_app.mcp.registry import Call
+from tasks_app.mcp.streaming import Streamed
+from tasks_app.models import Client
+
+VERSION = "2026-07-28"
+
+
+def _request_id(message: dict[str, Any]) -> str | int:
+    request_id = message["id"]
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        raise InvalidRequest("id must be a string or an integer")
+    return request_id
+
+
+class ModernEra(eras.ProtocolEra):
+    versions = (VERSION,)
+
+    def claims(self, request: Request, message: dict[str, Any]) -> bool:
+        return True
+
+    def handle(
+        self, request: Request, view: APIView, message: dict[str, Any], client: Client
+    ) -> HttpResponseBase:
+        request_id: str | int | None = None
+        try:
+            if "method" not in message:
+                raise InvalidRequest(
+                    "Only requests and notifications are accepted: this wire has no "
+                    "server-to-client requests to respond to"
+                )
+            method = message["method"]
+            if not isinstance(method, str) or not method:
+                raise InvalidRequest("method must be a non-empty string")
+            if "id" not in message:
+                return HttpResponse(status=202)  # a notification: nothing to answer
+            request_id = _request_id(message)
+            return self._answer(request, view, message, method, request_id, client)
+        except McpError as exc:
+            return streaming.error_response(request_id, exc)
+
+    def _answer(
+        self,
+        request: Request,
+        view: APIView,
+        message: dict[str, Any],
+        method: str,
+        request_id: str | int,
+        client: Client,
+    ) -> HttpResponseBase:
+        params = message.get("params")
+        if params is not None and not isinstance(params, dict):
+            raise InvalidParams("params must be an object")
+        meta = envelope.parse(params)
+        assert params is not None  # envelope.parse refuses missing params
+        version_header = header(request, "MCP-Protocol-Version")
+        if version_header != meta.protocol_version:
+            raise HeaderMismatch(
+                "The MCP-Protocol-Version header must be present and equal the body's "
+                f"_meta['{envelope.PROTOCOL_VERSION}']"
+            )
+        if header(request, "Mcp-Method") != method:
+            raise HeaderMismatch(
+                "The Mcp-Method header must be present and equal the body's method"
+            )
+        if meta.protocol_version not in self.versions:
+            raise UnsupportedVersion(
+                requested=meta.protocol_version, supported=eras.supported_versions()
+            )
+        spec = methods.get(method)
+        if spec is None:
+            raise MethodNotFound(f"Method not found: {method}")
+        if spec.name_param is not None:
+            value = params.get(spec.name_param)
+            if isinstance(value, str) and header(request, "Mcp-Name") != value:
+                raise HeaderMismatch(
+                    f"The Mcp-Name header must be present and equal params.{spec.name_param}"
+                )
+        call = Call(
+            id=request_id,
+            method=method,
+            params=params,
+            envelope=meta,
+            client=client,
+            request=request,
+            view=view,
+            data=spec.validate(params),
+        )
+        result = spec.handler(call)
+        if isinstance(result, Streamed):
+            return streaming.respond(request_id, result)
+        return streaming.json_response(streaming.success(request_id, result))
+
+
+eras.register(ModernEra(), default=True)

@@ -1,0 +1,95 @@
+"""Method registries: which JSON-RPC methods an era serves, and how their params look.
+
+A protocol era owns one ``MethodRegistry``. A method is a plain function taking a ``Call``;
+it returns the result object (a dict; ``resultType`` defaults to ``"complete"``) or a
+``Streamed`` when the answer may carry notifications first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rest_framework import serializers
+
+from tasks_app.mcp.errors import InvalidParams
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
+
+    from tasks_app.mcp.envelope import Envelope
+    from tasks_app.models import Client
+
+Handler = Callable[["Call"], Any]
+
+
+@dataclass
+class Call:
+    """One JSON-RPC request, authenticated and with its envelope checked."""
+
+    id: str | int
+    method: str
+    params: dict[str, Any]
+    envelope: Envelope
+    client: Client
+    request: Request
+    view: APIView
+    data: dict[str, Any] = field(default_factory=dict)
+
+    def header(self, name: str) -> str | None:
+        return self.request.headers.get(name)
+
+
+@dataclass(frozen=True)
+class Method:
+    name: str
+    handler: Handler
+    params: type[serializers.Serializer[Any]] | None
+    # The params key that the Mcp-Name header mirrors (SEP-2243; SEP-2663 for tasks/*).
+    name_param: str | None
+
+    def validate(self, params: dict[str, Any]) -> dict[str, Any]:
+        if self.params is None:
+            return params
+        serializer = self.params(data=params)
+        if not serializer.is_valid():
+            raise InvalidParams(_first_error(serializer.errors), data={"errors": serializer.errors})
+        return dict(serializer.validated_data)
+
+
+def _first_error(errors: Any, path: str = "params") -> str:
+    if isinstance(errors, dict):
+        for key, value in errors.items():
+            where = path if key == "non_field_errors" else f"{path}.{key}"
+            return _first_error(value, where)
+    if isinstance(errors, list) and errors:
+        return _first_error(errors[0], path)
+    return f"{path}: {errors}"
+
+
+class MethodRegistry:
+    def __init__(self) -> None:
+        self._methods: dict[str, Method] = {}
+
+    def method(
+        self,
+        name: str,
+        *,
+        params: type[serializers.Serializer[Any]] | None = None,
+        name_param: str | None = None,
+    ) -> Callable[[Handler], Handler]:
+        def register(handler: Handler) -> Handler:
+            if name in self._methods:
+                raise ValueError(f"method {name} is registered twice")
+            self._methods[name] = Method(name, handler, params, name_param)
+            return handler
+
+        return register
+
+    def get(self, name: str) -> Method | None:
+        return self._methods.get(name)
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._methods

@@ -1,0 +1,120 @@
+"""DRF serializers for the params of each MCP method (the ``_meta`` envelope is separate)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rest_framework import serializers
+
+
+class JSONObjectField(serializers.Field):  # type: ignore[type-arg]
+    """A JSON object, passed through as a dict (null counts as absent when allowed)."""
+
+    default_error_messages = {"object": "Must be a JSON object, not {kind}."}
+
+    def __init__(self, *, null_is_empty: bool = False, **kwargs: Any) -> None:
+        self.null_is_empty = null_is_empty
+        if null_is_empty:
+            kwargs["allow_null"] = True
+        super().__init__(**kwargs)
+
+    def validate_empty_values(self, data: Any) -> tuple[bool, Any]:
+        if data is None and self.null_is_empty:
+            return True, {}
+        return super().validate_empty_values(data)
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        if not isinstance(data, dict):
+            self.fail("object", kind=_kind(data))
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class InputResponsesField(JSONObjectField):
+    """``inputResponses``: a map of input-request key to the client's response object."""
+
+    default_error_messages = {
+        **JSONObjectField.default_error_messages,
+        "response": "The response for {key!r} must be a JSON object, not {kind}.",
+    }
+
+    def to_internal_value(self, data: Any) -> dict[str, Any]:
+        responses = super().to_internal_value(data)
+        for key, value in responses.items():
+            if not isinstance(value, dict):
+                self.fail("response", key=key, kind=_kind(value))
+        return responses
+
+
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return type(value).__name__
+
+
+def _name(max_length: int = 200) -> serializers.CharField:
+    return serializers.CharField(max_length=max_length, trim_whitespace=False)
+
+
+class ListParams(serializers.Serializer):  # type: ignore[type-arg]
+    cursor = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+
+
+class MrtrParams(serializers.Serializer):  # type: ignore[type-arg]
+    """The retry fields of a request that may answer with ``input_required`` (SEP-2322)."""
+
+    inputResponses = InputResponsesField(required=False)
+    requestState = serializers.CharField(
+        required=False, trim_whitespace=False, max_length=64 * 1024
+    )
+
+
+class ToolsCallParams(MrtrParams):
+    name = _name()
+    arguments = JSONObjectField(required=False, default=dict, null_is_empty=True)
+
+
+class PromptsGetParams(MrtrParams):
+    name = _name()
+    arguments = serializers.DictField(
+        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+    )
+
+
+class ResourcesReadParams(MrtrParams):
+    uri = _name(max_length=4096)
+
+
+class TaskParams(serializers.Serializer):  # type: ignore[type-arg]
+    taskId = _name()
+
+
+class TasksUpdateParams(TaskParams):
+    inputResponses = InputResponsesField()
+
+
+class CompletionRefSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    type = serializers.ChoiceField(choices=["ref/prompt", "ref/resource"])
+    name = serializers.CharField(required=False, trim_whitespace=False)
+    uri = serializers.CharField(required=False, trim_whitespace=False)
+
+
+class CompletionArgumentSerializer(serializers.Serializer):  # type: ignore[type-arg]
+    name = _name()
+    value = serializers.CharField(allow_blank=True, trim_whitespace=False)
+
+
+class CompletionParams(serializers.Serializer):  # type: ignore[type-arg]
+    ref = CompletionRefSerializer()
+    argument = CompletionArgumentSerializer()
+    context = JSONObjectField(required=False)

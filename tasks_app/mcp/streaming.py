@@ -1,0 +1,113 @@
+"""JSON or Server-Sent Events: how one request's answer goes back.
+
+A call that may emit notifications (the request sent a progress token or a log level) runs
+in a worker thread. If the answer is ready before any notification, it goes back as plain
+JSON; the first notification switches the response to ``text/event-stream``, scoped to that
+one request: its notifications, then the final response (2026-07-28
+basic/transports/streamable-http.mdx, "Sending Messages to the Server"). The stream never
+carries a server-to-client request. Closing the stream cancels the call: the tool's next
+checkpoint raises ``Cancelled``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import connections
+from django.http import HttpResponse, StreamingHttpResponse
+
+from tasks_app.mcp.errors import InternalError, McpError
+
+log = logging.getLogger("tasks_app.mcp")
+
+KEEPALIVE_SECONDS = 15.0
+
+Emit = Callable[[dict[str, Any]], None]
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """A result still to be computed by RUN(emit, cancelled), which may emit notifications."""
+
+    run: Callable[[Emit, threading.Event], dict[str, Any]]
+
+
+def dumps(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def success(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
+    result.setdefault("resultType", "complete")
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def failure(request_id: Any, error: McpError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.body()}
+
+
+def json_response(
+    message: dict[str, Any], status: int = 200, headers: dict[str, str] | None = None
+) -> HttpResponse:
+    response = HttpResponse(dumps(message), status=status, content_type="application/json")
+    for name, value in (headers or {}).items():
+        response[name] = value
+    return response
+
+
+def error_response(request_id: Any, error: McpError) -> HttpResponse:
+    return json_response(failure(request_id, error), error.http_status, error.headers())
+
+
+def respond(request_id: Any, streamed: Streamed) -> HttpResponse | StreamingHttpResponse:
+    events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
+    cancelled = threading.Event()
+
+    def work() -> None:
+        try:
+            result = streamed.run(lambda note: events.put(("note", note)), cancelled)
+            events.put(("done", success(request_id, result)))
+        except McpError as exc:
+            events.put(("error", exc))
+        except Exception:
+            log.exception("MCP call %s failed", request_id)
+            events.put(("error", InternalError()))
+        finally:
+            # This thread's database connections are its own; leave none open.
+            connections.close_all()
+
+    threading.Thread(target=work, name=f"mcp-call-{request_id}", daemon=True).start()
+    kind, first = events.get()
+    if kind == "done":
+        return json_response(first)
+    if kind == "error":
+        return error_response(request_id, first)
+
+    def stream() -> Iterator[bytes]:
+        item: tuple[str, Any] = (kind, first)
+        try:
+            while True:
+                kind_, payload = item
+                if kind_ == "error":
+                    payload = failure(request_id, payload)
+                yield b"event: message\ndata: " + dumps(payload) + b"\n\n"
+                if kind_ != "note":
+                    return
+                while True:
+                    try:
+                        item = events.get(timeout=KEEPALIVE_SECONDS)
+                        break
+                    except queue.Empty:
+                        yield b": ping\n\n"
+        finally:
+            cancelled.set()
+
+    response = StreamingHttpResponse(stream(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response

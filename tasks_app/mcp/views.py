@@ -1,0 +1,137 @@
+"""``POST /mcp``: the transport every protocol era shares.
+
+The view checks what does not depend on the protocol era (HTTP method, Origin, bearer token,
+media types, body size, JSON syntax) and hands the parsed message to its era
+(``tasks_app.mcp.eras``). Errors are JSON-RPC error objects with the HTTP status the
+2026-07-28 Streamable HTTP transport gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpResponseBase
+from rest_framework import exceptions
+from rest_framework.renderers import BaseRenderer, JSONRenderer
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from tasks_app.mcp import eras, streaming
+from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient
+from tasks_app.mcp.errors import (
+    ForbiddenOrigin,
+    InternalError,
+    InvalidRequest,
+    McpError,
+    MethodNotAllowed,
+    NotAcceptable,
+    ParseError,
+    PayloadTooLarge,
+    Unauthorized,
+    UnsupportedMediaType,
+)
+
+log = logging.getLogger("tasks_app.mcp")
+
+_JSON_TYPES = {"application/json", "application/*", "*/*"}
+_SSE_TYPES = {"text/event-stream", "text/*", "*/*"}
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _media_types(value: str) -> set[str]:
+    return {part.split(";", 1)[0].strip().lower() for part in value.split(",")}
+
+
+class McpView(APIView):
+    authentication_classes = [BearerTokenAuthentication]
+    permission_classes = [HasClient]
+    throttle_classes: list[Any] = []  # tasks/get applies PollThrottle itself
+    parser_classes: list[Any] = []  # the body is read and parsed here, with its own limits
+    renderer_classes = [JSONRenderer]
+
+    @property
+    def default_response_headers(self) -> dict[str, str]:
+        return {}
+
+    def perform_content_negotiation(
+        self, request: Request, force: bool = False
+    ) -> tuple[BaseRenderer, str]:
+        # Accept is checked against the MCP transport's rule in post(), not DRF's renderers.
+        return JSONRenderer(), "application/json"
+
+    def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
+        if request.method != "POST":
+            raise MethodNotAllowed()
+        origin = request.headers.get("Origin")
+        # Browsers send Origin; a page from a foreign origin must not reach a local server
+        # (DNS rebinding). Clients that are not browsers send none.
+        if origin is not None and origin.rstrip("/").lower() not in _allowed_origins():
+            raise ForbiddenOrigin(f"Origin {origin} is not allowed")
+        super().initial(request, *args, **kwargs)
+
+    def post(self, request: Request) -> HttpResponseBase:
+        message = self._message(request)
+        era = eras.select(request, message)
+        return era.handle(request, self, message, request.user)
+
+    def _message(self, request: Request) -> dict[str, Any]:
+        content_type = request.headers.get("Content-Type", "")
+        if content_type.split(";", 1)[0].strip().lower() != "application/json":
+            raise UnsupportedMediaType()
+        accept = request.headers.get("Accept")
+        if accept is not None:
+            types = _media_types(accept)
+            if not (types & _JSON_TYPES and types & _SSE_TYPES):
+                raise NotAcceptable()
+        limit = settings.TASKDESK_MAX_BODY_BYTES
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            raise InvalidRequest("Content-Length is not a number") from None
+        if length > limit:
+            raise PayloadTooLarge(
+                f"The request body is {length} bytes; the limit is {limit} bytes "
+                "(TASKDESK_MAX_BODY_BYTES)",
+                data={"limit": limit},
+            )
+        try:
+            message = json.loads(request._request.body, parse_constant=_reject_constant)
+        except ValueError as exc:
+            raise ParseError(f"Parse error: {exc}") from None
+        if isinstance(message, list):
+            raise InvalidRequest("Batches are not supported: send one JSON-RPC message per POST")
+        if not isinstance(message, dict):
+            raise InvalidRequest("The body must be one JSON-RPC message (a JSON object)")
+        if message.get("jsonrpc") != "2.0":
+            raise InvalidRequest('jsonrpc must be "2.0"')
+        return message
+
+    def handle_exception(self, exc: Exception) -> HttpResponseBase:
+        if isinstance(exc, McpError):
+            return streaming.error_response(None, exc)
+        if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
+            message = None if isinstance(exc, exceptions.NotAuthenticated) else str(exc.detail)
+            return streaming.error_response(None, Unauthorized(message))
+        if isinstance(exc, exceptions.APIException):
+            error = InvalidRequest(str(exc.detail))
+            error.http_status = exc.status_code
+            return streaming.error_response(None, error)
+        log.exception("MCP request failed")
+        return streaming.error_response(None, InternalError())
+
+
+_origins: dict[tuple[str, ...], frozenset[str]] = {}
+
+
+def _allowed_origins() -> frozenset[str]:
+    configured = tuple(settings.TASKDESK_ALLOWED_ORIGINS)
+    allowed = _origins.get(configured)
+    if allowed is None:
+        allowed = _origins[configured] = frozenset(o.rstrip("/").lower() for o in configured)
+    return allowed

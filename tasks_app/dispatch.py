@@ -156,13 +156,14 @@ class _Publisher:
             self._resting = False
         self._queue.put(record)
 
-    def wait(self, timeout: float) -> bool:
-        """Wait until everything submitted was handled and the thread rests. Return False if
-        TIMEOUT ran out first."""
+    def wait(self, timeout: float, *, idle: bool) -> bool:
+        """Wait until everything submitted was handled (and, with IDLE, until the thread has
+        closed its database connection). Return False if TIMEOUT ran out first."""
         with self._cond:
             if self._pid != os.getpid():
                 return True  # never used in this process
-            return self._cond.wait_for(lambda: self._resting, timeout)
+            done = (lambda: self._resting) if idle else (lambda: self._pending == 0)
+            return self._cond.wait_for(done, timeout)
 
     def _run(self) -> None:
         while True:
@@ -171,6 +172,7 @@ class _Publisher:
                 self._publish(batch)
                 with self._cond:
                     self._pending -= len(batch)
+                    self._cond.notify_all()
                 continue
             # Idle: give the database connection back rather than hold it open.
             connections.close_all()
@@ -206,10 +208,11 @@ class _Publisher:
 _publisher = _Publisher()
 
 
-def wait_for_publisher(timeout: float = 5.0) -> bool:
-    """Wait until this process has published every record it committed (or handed it to the
-    sweeper). Return False if TIMEOUT ran out first."""
-    return _publisher.wait(timeout)
+def wait_for_publisher(timeout: float = 5.0, *, idle: bool = False) -> bool:
+    """Wait until this process has published every record it committed (or left it to the
+    sweeper); with IDLE, also until the publisher thread has closed its database connection.
+    Return False if TIMEOUT ran out first."""
+    return _publisher.wait(timeout, idle=idle)
 
 
 # A process that exits normally gives its last records a moment to go out.

@@ -120,4 +120,4 @@ def _dispatch_publisher_rests(django_db_setup):  # type: ignore[no-untyped-def]
     yield
     from tasks_app import dispatch
 
-    dispatch.wait_for_publisher()
+    dispatch.wait_for_publisher(idle=True)

@@ -42,7 +42,7 @@ export TASKDESK_VAR_DIR="$WORK/var" TASKDESK_TOOLSETS=conformance \
 export WEB_WORKERS=${WEB_WORKERS:-2}
 mkdir -p "$TASKDESK_VAR_DIR"
 cd "$ROOT"
-echo "database: ${DATABASE_URL:+PostgreSQL}${DATABASE_URL:-embedded SQLite}; broker: ${CELERY_BROKER_URL:-embedded filesystem}"
+echo "database: $([ -n "${DATABASE_URL:-}" ] && echo "DATABASE_URL" || echo "embedded SQLite"); broker: $([ -n "${CELERY_BROKER_URL:-}" ] && echo "CELERY_BROKER_URL" || echo "embedded filesystem")"
 
 PIDS=()
 stop() {

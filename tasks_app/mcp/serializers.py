@@ -37,14 +37,14 @@ class InputResponsesField(JSONObjectField):
 
     default_error_messages = {
         **JSONObjectField.default_error_messages,
-        "response": "The response for {key!r} must be a JSON object, not {kind}.",
+        "response": "The response for {name!r} must be a JSON object, not {kind}.",
     }
 
     def to_internal_value(self, data: Any) -> dict[str, Any]:
         responses = super().to_internal_value(data)
         for key, value in responses.items():
             if not isinstance(value, dict):
-                self.fail("response", key=key, kind=_kind(value))
+                self.fail("response", name=key, kind=_kind(value))
         return responses
 
 
@@ -62,21 +62,34 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _name(max_length: int = 200) -> serializers.CharField:
-    return serializers.CharField(max_length=max_length, trim_whitespace=False)
+class StringField(serializers.CharField):
+    """A JSON string: numbers and booleans are refused instead of converted."""
+
+    default_error_messages = {"string": "Must be a string, not {kind}."}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
+
+    def to_internal_value(self, data: Any) -> str:
+        if not isinstance(data, str):
+            self.fail("string", kind=_kind(data))
+        return str(super().to_internal_value(data))
+
+
+def _name(max_length: int = 200) -> StringField:
+    return StringField(max_length=max_length)
 
 
 class ListParams(serializers.Serializer):  # type: ignore[type-arg]
-    cursor = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    cursor = StringField(required=False, allow_blank=True)
 
 
 class MrtrParams(serializers.Serializer):  # type: ignore[type-arg]
     """The retry fields of a request that may answer with ``input_required`` (SEP-2322)."""
 
     inputResponses = InputResponsesField(required=False)
-    requestState = serializers.CharField(
-        required=False, trim_whitespace=False, max_length=64 * 1024
-    )
+    requestState = StringField(required=False, max_length=64 * 1024)
 
 
 class ToolsCallParams(MrtrParams):
@@ -87,7 +100,7 @@ class ToolsCallParams(MrtrParams):
 class PromptsGetParams(MrtrParams):
     name = _name()
     arguments = serializers.DictField(
-        child=serializers.CharField(allow_blank=True, trim_whitespace=False), required=False
+        child=StringField(allow_blank=True), required=False
     )
 
 
@@ -105,13 +118,13 @@ class TasksUpdateParams(TaskParams):
 
 class CompletionRefSerializer(serializers.Serializer):  # type: ignore[type-arg]
     type = serializers.ChoiceField(choices=["ref/prompt", "ref/resource"])
-    name = serializers.CharField(required=False, trim_whitespace=False)
-    uri = serializers.CharField(required=False, trim_whitespace=False)
+    name = StringField(required=False)
+    uri = StringField(required=False)
 
 
 class CompletionArgumentSerializer(serializers.Serializer):  # type: ignore[type-arg]
     name = _name()
-    value = serializers.CharField(allow_blank=True, trim_whitespace=False)
+    value = StringField(allow_blank=True)
 
 
 class CompletionParams(serializers.Serializer):  # type: ignore[type-arg]

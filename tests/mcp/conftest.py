@@ -33,7 +33,7 @@ def envelope(*, tasks: bool = False, **capabilities: Any) -> dict[str, Any]:
 
 def request(
     method: str, params: dict[str, Any] | None = None, *, id: Any = 1, **env: Any
-) -> dict[str, Any]:  # noqa: A002
+) -> dict[str, Any]:
     body_params = dict(params or {})
     body_params.setdefault("_meta", envelope(**env))
     return {"jsonrpc": "2.0", "id": id, "method": method, "params": body_params}

@@ -282,6 +282,7 @@ if _broker_scheme == "filesystem":
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
+        "control_folder": str(BROKER_DIR / "control"),
         "store_processed": False,
         # How often an idle worker looks for new messages: at most 0.1 s by design.
         "polling_interval": env_float("TASKDESK_BROKER_POLL_SECONDS", 0.05, minimum=0.005),

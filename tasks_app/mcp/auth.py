@@ -14,6 +14,7 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 from rest_framework import authentication, exceptions, permissions, throttling
 from rest_framework.request import Request
+from rest_framework.settings import api_settings
 from rest_framework.views import APIView
 
 from tasks_app import tokens
@@ -70,6 +71,12 @@ class PollThrottle(throttling.SimpleRateThrottle):
     default, which turns it off). Counted per client and task, in Django's cache."""
 
     scope = "mcp_poll"
+
+    def get_rate(self) -> str | None:
+        # Read at each request (DRF reads THROTTLE_RATES once at import), so the setting
+        # can change without a restart of the test process.
+        rate: str | None = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
+        return rate
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         client = request.user

@@ -99,9 +99,7 @@ class ToolsCallParams(MrtrParams):
 
 class PromptsGetParams(MrtrParams):
     name = _name()
-    arguments = serializers.DictField(
-        child=StringField(allow_blank=True), required=False
-    )
+    arguments = serializers.DictField(child=StringField(allow_blank=True), required=False)
 
 
 class ResourcesReadParams(MrtrParams):

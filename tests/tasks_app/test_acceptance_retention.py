@@ -1,0 +1,177 @@
+"""How long a task and its idempotency key live, and the purge that ends them; and waiting
+for a task's outcome."""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+import pytest
+import time_machine
+from django.db import connection
+from django.utils import timezone
+
+from elicitations.models import InputRequest
+from tasks_app import acceptance, retention, transitions
+from tasks_app.models import (
+    Dispatch,
+    Effect,
+    EffectState,
+    Era,
+    JournalEntry,
+    Status,
+    Task,
+    TaskEvent,
+)
+from tasks_app.selectors import TaskNotFound
+from tasks_app.tasks import purge_expired_job
+from tests.tasks_app.acceptance_tools import ECHO
+
+DAY = timedelta(days=1)
+ECHO_GLOBAL_TTL = replace(ECHO, ttl=None)  # kept for TASKDESK_TASK_TTL_SECONDS
+
+
+@pytest.fixture(autouse=True)
+def _window(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TASK_TTL_SECONDS = 7 * 24 * 3600
+    settings.TASKDESK_PURGE_GRACE_SECONDS = 24 * 3600
+
+
+def submit(client: Any, key: str | None = "k-1", text: str = "hi") -> acceptance.Receipt:
+    return acceptance.accept(
+        client=client,
+        tool=ECHO_GLOBAL_TTL,
+        arguments={"text": text},
+        era=Era.MODERN,
+        header_key=key,
+    )
+
+
+def finished(client: Any, key: str | None = "k-1") -> Task:
+    task = submit(client, key).task
+    return transitions.complete(task_id=task.pk, result={"content": [], "isError": False})
+
+
+def with_records(task: Task) -> Task:
+    """Give TASK a journal entry, an effect and an input request, as a real run would."""
+    JournalEntry.objects.create(task=task, seq=0, kind="step", name="s", outcome=1)
+    Effect.objects.create(
+        task=task,
+        seq=1,
+        name="write",
+        downstream_key=f"{task.pk}:write:1",
+        state=EffectState.CONFIRMED,
+    )
+    InputRequest.objects.create(task=task, key=f"{task.pk}:q", ask_key="q", message="?")
+    return task
+
+
+def test_expiry_is_ttl_plus_grace() -> None:
+    assert retention.expiry_for(None) is None
+    assert retention.expiry_for(60_000) == timedelta(minutes=1) + DAY
+
+
+def test_a_task_is_kept_for_its_ttl_plus_the_grace_period(alice) -> None:
+    task = submit(alice).task
+    assert task.ttl_ms == 7 * 24 * 3600 * 1000
+    assert abs(task.expires_at - (task.created_at + 8 * DAY)) < timedelta(seconds=1)
+
+
+def test_a_tools_own_ttl_sets_its_window(alice) -> None:
+    task = acceptance.accept(
+        client=alice, tool=ECHO, arguments={"text": "hi"}, era=Era.MODERN
+    ).task  # ECHO's ttl is one hour
+    assert abs(task.expires_at - (task.created_at + timedelta(hours=1) + DAY)) < timedelta(
+        seconds=1
+    )
+
+
+def test_the_key_replays_until_the_task_is_purged_then_starts_a_new_task(alice) -> None:
+    first = with_records(finished(alice))
+    keep = finished(alice, key="k-keep")
+    Task.objects.filter(pk=keep.pk).update(expires_at=timezone.now() + 10 * DAY)
+
+    with time_machine.travel(timezone.now() + 8 * DAY - timedelta(minutes=1)):
+        assert retention.purge_expired() == 0
+        assert submit(alice).task.pk == first.pk
+
+    with time_machine.travel(timezone.now() + 8 * DAY + timedelta(minutes=1)):
+        assert retention.purge_expired() == 1
+        assert not Task.objects.filter(pk=first.pk).exists()
+        for model in (TaskEvent, JournalEntry, Effect, Dispatch, InputRequest):
+            assert not model.objects.filter(task_id=first.pk).exists(), model.__name__
+        assert Task.objects.filter(pk=keep.pk).exists()
+
+        again = submit(alice)
+    assert again.replayed is False
+    assert again.task.pk != first.pk
+
+
+def test_a_task_still_running_at_its_purge_moment_fails_and_is_kept_one_more_grace(
+    alice,
+) -> None:
+    task = submit(alice).task
+    waiting = submit(alice, key="k-2").task
+    transitions.require_input(task_id=waiting.pk, message="which one?")
+    later = timezone.now() + 8 * DAY + timedelta(minutes=1)
+
+    with time_machine.travel(later):
+        assert retention.purge_expired() == 0
+
+    for expired in (Task.objects.get(pk=task.pk), Task.objects.get(pk=waiting.pk)):
+        assert expired.status == Status.FAILED
+        assert expired.error == {
+            "code": -32603,
+            "message": "The task expired: it did not finish within its time to live.",
+        }
+        assert expired.expires_at == later + DAY
+        kinds = list(expired.events.values_list("kind", flat=True))
+        assert kinds[-2:] == ["failed", "expired"]
+    # Its key still answers with the outcome during the extra grace period.
+    assert submit(alice).task.status == Status.FAILED
+
+    with time_machine.travel(later + DAY + timedelta(minutes=1)):
+        assert purge_expired_job() == 2
+    assert Task.objects.count() == 0
+
+
+def test_purge_deletes_in_batches(alice) -> None:
+    for i in range(5):
+        finished(alice, key=f"k-{i}")
+    with time_machine.travel(timezone.now() + 9 * DAY):
+        assert retention.purge_expired(batch=2) == 5
+    assert Task.objects.count() == 0
+
+
+# --- waiting for the outcome -----------------------------------------------------------
+
+
+def test_wait_for_outcome_returns_once_the_task_is_terminal(transactional_db, alice) -> None:
+    task = submit(alice).task
+
+    def finish() -> None:
+        time.sleep(0.3)
+        transitions.complete(task_id=task.pk, result={"content": [], "isError": False})
+        connection.close()
+
+    threading.Thread(target=finish).start()
+    started = time.monotonic()
+    outcome = acceptance.wait_for_outcome(task.pk, timeout=10)
+    assert outcome.status == Status.COMPLETED
+    assert time.monotonic() - started < 2
+
+
+def test_wait_for_outcome_gives_up_after_the_timeout(db, alice) -> None:
+    task = submit(alice).task
+    started = time.monotonic()
+    outcome = acceptance.wait_for_outcome(task.pk, timeout=0.3)
+    assert outcome.status == Status.WORKING
+    assert 0.3 <= time.monotonic() - started < 1
+
+
+def test_wait_for_outcome_of_a_missing_task_raises(db) -> None:
+    with pytest.raises(TaskNotFound):
+        acceptance.wait_for_outcome("no-such-task", timeout=1)

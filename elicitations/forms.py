@@ -25,18 +25,25 @@ def _choices(options: list[Any]) -> list[tuple[str, str]]:
     return [(o, o) if isinstance(o, str) else (o["const"], o["title"]) for o in options]
 
 
+def _html_limits(prop: Mapping[str, Any], pairs: dict[str, str]) -> dict[str, Any]:
+    # Limits go on the input for the browser's benefit (maxlength stops typing, min/max tune
+    # the spinner); the schema check produces the error messages, so they read the same as
+    # the ones tasks/update answers get.
+    return {html: prop[key] for key, html in pairs.items() if key in prop}
+
+
 def _string_field(prop: Mapping[str, Any], required: bool) -> forms.Field:
     if "enum" in prop or "oneOf" in prop:
         choices = _choices(prop.get("enum") or prop["oneOf"])
         if not required:
             choices = [("", "(none)"), *choices]
         return forms.ChoiceField(choices=choices, required=required)
-    lengths = {"min_length": prop.get("minLength"), "max_length": prop.get("maxLength")}
+    attrs = _html_limits(prop, {"minLength": "minlength", "maxLength": "maxlength"})
     match prop.get("format"):
         case "email":
-            return forms.CharField(required=required, widget=forms.EmailInput, **lengths)
+            return forms.CharField(required=required, widget=forms.EmailInput(attrs))
         case "uri":
-            return forms.CharField(required=required, widget=forms.URLInput, **lengths)
+            return forms.CharField(required=required, widget=forms.URLInput(attrs))
         case "date":
             widget = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
             return forms.DateField(required=required, widget=widget)
@@ -46,18 +53,16 @@ def _string_field(prop: Mapping[str, Any], required: bool) -> forms.Field:
             )
             return forms.DateTimeField(required=required, widget=widget)
     # strip=False: the answer is passed on as typed; the schema's lengths apply to it as is.
-    if (prop.get("maxLength") or 0) > 200:
-        return forms.CharField(required=required, strip=False, widget=forms.Textarea, **lengths)
-    return forms.CharField(required=required, strip=False, **lengths)
+    long_text = (prop.get("maxLength") or 0) > 200
+    widget = forms.Textarea(attrs) if long_text else forms.TextInput(attrs)
+    return forms.CharField(required=required, strip=False, widget=widget)
 
 
 def _number_field(prop: Mapping[str, Any], required: bool) -> forms.Field:
-    limits = {"min_value": prop.get("minimum"), "max_value": prop.get("maximum")}
+    attrs = _html_limits(prop, {"minimum": "min", "maximum": "max"})
     if prop["type"] == "integer":
-        return forms.IntegerField(required=required, **limits)
-    return forms.FloatField(
-        required=required, widget=forms.NumberInput(attrs={"step": "any"}), **limits
-    )
+        return forms.IntegerField(required=required, widget=forms.NumberInput(attrs))
+    return forms.FloatField(required=required, widget=forms.NumberInput({"step": "any", **attrs}))
 
 
 def _multi_select_field(prop: Mapping[str, Any], required: bool) -> forms.Field:
@@ -115,9 +120,12 @@ class AnswerForm(forms.Form):
 
     def clean(self) -> dict[str, Any]:
         cleaned = super().clean() or {}
-        if self.errors:
-            return cleaned  # conversion errors first; the schema check needs typed values
+        converted = set(self.fields) - set(self.errors)
         for name, messages in schemas.answer_errors(self.schema, self.content()).items():
+            # A field whose value did not even convert already says so; the schema's
+            # "is required" for it would only repeat that.
+            if name and name not in converted:
+                continue
             for message in messages:
                 self.add_error(name or None, _sentence(message))
         return cleaned

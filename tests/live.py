@@ -108,6 +108,7 @@ class LiveStack:
         return proc
 
     def start(self, *, wait: bool = True) -> LiveStack:
+        self.collect_static()
         self._spawn("web", [str(BIN / "gunicorn"), "config.wsgi", "-c", "config/gunicorn.conf.py"])
         if self.want_worker:
             self.start_worker()
@@ -116,6 +117,16 @@ class LiveStack:
         if wait:
             self.wait_healthy()
         return self
+
+    def collect_static(self) -> None:
+        """Collect static files into this stack's folder, as `make run` does: the manifest
+        storage of production settings cannot name a file it has not collected."""
+        subprocess.run(
+            [str(BIN / "python"), "manage.py", "collectstatic", "--noinput", "-v0"],
+            cwd=ROOT,
+            env=self.env,
+            check=True,
+        )
 
     def start_worker(self, concurrency: int | None = None) -> subprocess.Popen[bytes]:
         return self._spawn(

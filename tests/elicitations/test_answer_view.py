@@ -46,7 +46,7 @@ def test_every_field_kind_renders_with_its_default(client, operator, ask) -> Non
     for name in EVERY_FIELD_KIND["properties"]:
         assert f'name="{name}"' in html, name
     assert re.search(
-        r'<input type="text" name="name" maxlength="50" minlength="1" required id="id_name">', html
+        r'<input type="text" name="name" minlength="1" maxlength="50" required id="id_name">', html
     )
     assert '<label for="id_name">Name <span class="required">(required)</span></label>' in html
     assert '<input type="email" name="email"' in html
@@ -129,6 +129,8 @@ def test_validation_errors_are_shown_next_to_their_fields(client, operator, ask)
     assert response.status_code == 200
     assert '<p class="field-error" id="id_name_error">This field is required.</p>' in html
     assert '<p class="field-error" id="id_age_error">Enter a whole number.</p>' in html
+    # Fields that converted are checked against the schema in the same round.
+    assert '<p class="field-error" id="id_email_error">Must be an email address.</p>' in html
     assert 'aria-invalid="true"' in html
     assert 'aria-describedby="id_name_error"' in html
     assert InputRequest.objects.get(pk=request.pk).status == "pending"

@@ -1,0 +1,385 @@
+"""The operator inbox in a real browser (Debian's Chromium driven by Playwright) against a
+LiveStack: gunicorn, a Celery worker and beat on the test database.
+
+Questions here are opened directly through ``elicitations.transitions``, as the runtime does
+when a tool calls ``ctx.ask``, on tasks of a tool no toolset registers: an answer resumes the
+task, and the live worker then ends it instead of running a real tool that would ask again.
+The end-to-end runs through the MCP endpoint are in ``test_inbox_end_to_end_browser.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from elicitations import transitions
+from elicitations.models import InputRequest
+from tasks_app.clients import client_get_or_create
+from tasks_app.models import Task
+from tests.services import chromium_path
+
+pytestmark = [pytest.mark.browser, pytest.mark.live]
+
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+APPROVAL: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "approve": {"type": "boolean", "title": "Approve the refund"},
+        "note": {"type": "string", "title": "Note for the customer", "maxLength": 200},
+    },
+    "required": ["approve"],
+}
+# Long enough for one 3 s poll plus a slow CI machine.
+REFRESH_MS = 12_000
+
+
+@pytest.fixture(scope="module")
+def stack(django_db_setup, django_db_blocker) -> Iterator[Any]:  # type: ignore[no-untyped-def]
+    """One running stack for this module; each test writes (and loses) its own rows."""
+    from tests.live import live_stack
+
+    with django_db_blocker.unblock(), live_stack() as running:
+        yield running
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as playwright:
+        launched = playwright.chromium.launch(
+            executable_path=chromium_path(), headless=True, args=CHROMIUM_ARGS
+        )
+        yield launched
+        launched.close()
+
+
+@pytest.fixture(autouse=True)
+def _orm_beside_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
+    # between browser steps are ordinary blocking calls, which Django refuses by default there.
+    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+
+
+@pytest.fixture
+def demo(transactional_db):  # type: ignore[no-untyped-def]
+    """The demo client and tenant, as ``make run`` creates them."""
+    return client_get_or_create(name="demo", tenant="demo")
+
+
+@pytest.fixture
+def make_operator(demo, django_user_model, settings) -> Callable[[str], Any]:  # type: ignore[no-untyped-def]
+    # The live server checks passwords with the production hashers, not the tests' MD5.
+    settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
+
+    def make(username: str) -> Any:
+        user = django_user_model.objects.create_user(username=username, password=f"pw-{username}-1")
+        demo.tenant.members.add(user)
+        return user
+
+    return make
+
+
+@pytest.fixture
+def ask(demo) -> Callable[..., InputRequest]:  # type: ignore[no-untyped-def]
+    def _ask(
+        message: str = "Approve a refund of 200.00 EUR on payment p-42?",
+        *,
+        tool: str = "approve_refund",
+        arguments: dict[str, Any] | None = None,
+        **options: Any,
+    ) -> InputRequest:
+        task = Task.objects.create(
+            client=demo,
+            tool_name=tool,
+            arguments=arguments
+            or {"payment_id": "p-42", "amount_cents": 20000, "reason": "damaged in transit"},
+        )
+        settings: dict[str, Any] = {"schema": APPROVAL, "audience": "operator"}
+        settings.update(options)
+        return transitions.open_request(task=task, ask_key="approval", message=message, **settings)
+
+    return _ask
+
+
+def log_in(browser: Any, stack: Any, username: str) -> Any:
+    page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
+    page.goto(f"{stack.url}/inbox/")
+    assert page.url.startswith(f"{stack.url}/accounts/login/")
+    page.get_by_label("Username").fill(username)
+    page.get_by_label("Password").fill(f"pw-{username}-1")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{stack.url}/inbox/")
+    return page
+
+
+def card(page: Any, request: InputRequest) -> Any:
+    return page.locator(f"#request-{request.pk}")
+
+
+def test_an_operator_logs_in_and_accepts_in_the_inbox(browser, stack, make_operator, ask) -> None:
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    request = ask()
+    page = log_in(browser, stack, "olga")
+
+    expect(card(page, request)).to_contain_text("approve_refund")
+    expect(card(page, request)).to_contain_text("amount_cents")
+    expect(page.locator("#inbox-count")).to_have_text(re.compile(r"^1\s*waiting$"))
+    card(page, request).get_by_role("link", name=re.compile("^Answer")).click()
+    panel = page.locator("#answer-panel")
+    expect(panel.get_by_label("Approve the refund")).to_be_visible()
+    panel.get_by_label("Approve the refund").check()
+    panel.get_by_label("Note for the customer").fill("Sorry about that.")
+    panel.get_by_role("button", name="Accept").click()
+
+    expect(panel.get_by_role("status")).to_contain_text("You accepted this question.")
+    expect(card(page, request)).to_have_count(0)
+    expect(page.locator("#inbox-count")).to_have_text("")
+    row = InputRequest.objects.select_related("answered_by_user").get(pk=request.pk)
+    assert (row.status, row.channel, row.answered_by_user.username) == (
+        "answered",
+        "inbox",
+        "olga",
+    )
+    assert row.answer == {
+        "action": "accept",
+        "content": {"approve": True, "note": "Sorry about that."},
+    }
+
+
+def test_server_side_errors_show_inline(browser, stack, make_operator, ask) -> None:
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    schema = {
+        "type": "object",
+        "properties": {
+            "email": {"type": "string", "format": "email", "title": "Customer email"},
+            "days": {"type": "integer", "minimum": 1, "maximum": 30, "title": "Days"},
+        },
+        "required": ["email"],
+    }
+    request = ask(schema=schema)
+    page = log_in(browser, stack, "olga")
+    page.goto(f"{stack.url}/inbox/{request.pk}/")
+    page.get_by_label("Customer email").fill("not-an-email")
+    page.get_by_label("Days").fill("45")
+    page.get_by_role("button", name="Accept").click()
+
+    expect(page.locator("#id_email_error")).to_have_text("Must be an email address.")
+    expect(page.locator("#id_days_error")).to_have_text("Must be at most 30.")
+    expect(page.get_by_label("Customer email")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Customer email")).to_be_focused()
+    expect(page.get_by_label("Days")).to_have_value("45")
+    assert InputRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_a_second_operator_sees_already_answered(browser, stack, make_operator, ask) -> None:
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    make_operator("sam")
+    request = ask()
+    olga = log_in(browser, stack, "olga")
+    sam = log_in(browser, stack, "sam")
+    for page in (olga, sam):
+        page.goto(f"{stack.url}/inbox/{request.pk}/")
+        expect(page.get_by_role("button", name="Accept")).to_be_visible()
+
+    olga.get_by_label("Approve the refund").check()
+    olga.get_by_role("button", name="Accept").click()
+    expect(olga.get_by_role("status")).to_contain_text("You accepted")
+    sam.get_by_role("button", name="Decline").click()
+
+    notice = sam.locator("#already-answered")
+    expect(notice).to_be_visible()
+    expect(notice).to_contain_text("Already answered.")
+    expect(notice).to_contain_text("olga chose Accept at")
+    expect(notice).to_contain_text("nothing changed")
+    answered_at = InputRequest.objects.get(pk=request.pk).answered_at
+    expect(notice).to_contain_text(f"{answered_at:%Y-%m-%d %H:%M:%S} UTC")
+    row = InputRequest.objects.get(pk=request.pk)
+    assert (row.status, row.answer["action"]) == ("answered", "accept")
+
+
+def test_script_injection_renders_as_text(browser, stack, make_operator, ask) -> None:
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    evil = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+    request = ask(evil, arguments={"reason": evil, "payment_id": "p-1", "amount_cents": 1})
+    page = log_in(browser, stack, "olga")
+    dialogs: list[str] = []
+    page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+    expect(card(page, request).locator(".request-message")).to_have_text(evil)
+    card(page, request).get_by_role("link", name=re.compile("^Answer")).click()
+    expect(page.locator("#answer-panel .request-message")).to_have_text(evil)
+    page.goto(f"{stack.url}/tasks/{request.task_id}/")
+    expect(page.locator("#task-arguments")).to_contain_text(evil.replace('"', '\\"'))
+
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img[src=x]").count() == 0
+    assert dialogs == []
+
+
+def test_the_list_refreshes_without_closing_an_open_form(
+    browser, stack, make_operator, ask, demo
+) -> None:
+    from playwright.sync_api import expect
+
+    olga = make_operator("olga")
+    first = ask("FIRST question")
+    page = log_in(browser, stack, "olga")
+    card(page, first).get_by_role("link", name=re.compile("^Answer")).click()
+    note = page.locator("#answer-panel").get_by_label("Note for the customer")
+    note.fill("typed before the refresh")
+
+    second = ask("SECOND question", deadline=timezone.now() + timedelta(minutes=10))
+    expect(card(page, second)).to_be_visible(timeout=REFRESH_MS)
+    expect(page.locator("#inbox-count")).to_have_text(re.compile(r"^2\s*waiting$"))
+    # Most urgent deadline first: the new question with a deadline leads the list.
+    assert page.locator(".request-card").first.get_attribute("id") == f"request-{second.pk}"
+
+    transitions.answer(
+        task=second.task,
+        key=second.key,
+        response={"action": "decline"},
+        channel="inbox",
+        user=olga,
+    )
+    expect(card(page, second)).to_have_count(0, timeout=REFRESH_MS)
+    expect(page.locator("#inbox-count")).to_have_text(re.compile(r"^1\s*waiting$"))
+    expect(note).to_have_value("typed before the refresh")
+
+
+def test_the_inbox_works_with_the_keyboard_alone(browser, stack, make_operator, ask) -> None:
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    request = ask()
+    page = log_in(browser, stack, "olga")
+    answer_link = card(page, request).get_by_role("link", name=re.compile("^Answer"))
+
+    for _ in range(30):
+        page.keyboard.press("Tab")
+        if answer_link.evaluate("el => el === document.activeElement"):
+            break
+    else:
+        pytest.fail("Tab never reached the Answer link")
+    outline = answer_link.evaluate("el => getComputedStyle(el).outlineStyle")
+    assert outline != "none", "focus must be visible"
+    page.keyboard.press("Enter")
+
+    heading = page.locator("#answer-heading")
+    expect(heading).to_be_focused()
+    page.keyboard.press("Tab")
+    expect(page.locator("#answer-panel").get_by_role("link", name=request.task_id)).to_be_focused()
+    page.keyboard.press("Tab")
+    checkbox = page.get_by_label("Approve the refund")
+    expect(checkbox).to_be_focused()
+    assert checkbox.evaluate("el => getComputedStyle(el).outlineStyle") != "none"
+    page.keyboard.press("Space")
+    expect(checkbox).to_be_checked()
+    page.keyboard.press("Tab")
+    expect(page.get_by_label("Note for the customer")).to_be_focused()
+    page.keyboard.type("by keyboard")
+    page.keyboard.press("Tab")
+    expect(page.get_by_role("button", name="Accept")).to_be_focused()
+    page.keyboard.press("Enter")
+
+    expect(page.get_by_role("status").first).to_contain_text("You accepted")
+    assert InputRequest.objects.get(pk=request.pk).answer == {
+        "action": "accept",
+        "content": {"approve": True, "note": "by keyboard"},
+    }
+
+
+def test_every_input_has_a_label(browser, stack, make_operator, ask) -> None:
+    from tests.elicitations.test_schemas import EVERY_FIELD_KIND
+
+    make_operator("olga")
+    request = ask(schema=EVERY_FIELD_KIND)
+    page = log_in(browser, stack, "olga")
+    page.goto(f"{stack.url}/inbox/{request.pk}/")
+
+    unlabelled = page.evaluate(
+        """() => [...document.querySelectorAll('input:not([type=hidden]), select, textarea')]
+              .filter(el => !(el.labels && el.labels.length) && !el.getAttribute('aria-label'))
+              .map(el => el.name)"""
+    )
+    assert unlabelled == []
+    assert page.locator("fieldset legend").all_inner_texts() == ["tags", "pets"]
+
+
+def test_screenshots_of_the_inbox_and_the_answer_form(
+    browser, stack, make_operator, ask, tmp_path
+) -> None:
+    """Render the README's screenshots (TASKDESK_SCREENSHOT_DIR=docs/images to keep them)."""
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    now = timezone.now()
+    # Nothing is answered here, so these tasks never reach a worker: real tool names are safe.
+    refund = ask(tool="refund_payment", deadline=now + timedelta(minutes=45))
+    ask(
+        "Refund 1,250.00 EUR on payment p-77? The customer reports a double charge.",
+        tool="refund_payment",
+        arguments={"payment_id": "p-77", "amount_cents": 125000, "reason": "double charge"},
+        deadline=now + timedelta(hours=4),
+    )
+    ask(
+        "Deploy release 2026.11.3 to production?",
+        tool="deploy_release",
+        arguments={"service": "billing-api", "version": "2026.11.3", "canary_percent": 10},
+        schema={
+            "type": "object",
+            "properties": {
+                "approve": {"type": "boolean", "title": "Approve the deploy"},
+                "window": {
+                    "type": "string",
+                    "title": "Deploy window",
+                    "oneOf": [
+                        {"const": "now", "title": "Now"},
+                        {"const": "night", "title": "Tonight, 22:00 UTC"},
+                    ],
+                    "default": "night",
+                },
+            },
+            "required": ["approve"],
+        },
+    )
+    out = Path(os.environ.get("TASKDESK_SCREENSHOT_DIR") or tmp_path)
+    out.mkdir(parents=True, exist_ok=True)
+    page = log_in(browser, stack, "olga")
+    expect(page.locator(".request-card")).to_have_count(3)
+    card(page, refund).get_by_role("link", name=re.compile("^Answer")).click()
+    expect(page.get_by_label("Approve the refund")).to_be_visible()
+    page.get_by_label("Approve the refund").check()
+    page.get_by_label("Note for the customer").fill("Approved, item arrived damaged.")
+    time.sleep(0.2)  # let the focus ring settle for the picture
+    page.screenshot(path=str(out / "inbox.png"), full_page=True)
+
+    page.goto(f"{stack.url}/inbox/{refund.pk}/")
+    expect(page.get_by_role("button", name="Accept")).to_be_visible()
+    page.screenshot(path=str(out / "answer-form.png"), full_page=True)
+
+    assert (out / "inbox.png").stat().st_size > 10_000
+    assert (out / "answer-form.png").stat().st_size > 10_000

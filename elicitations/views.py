@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -19,6 +18,7 @@ from django_htmx.http import trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from elicitations import selectors, transitions
+from elicitations.decorators import operator_login_required
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm
 from elicitations.models import Channel, InputRequest
 from elicitations.transitions import Outcome
@@ -32,7 +32,7 @@ class HtmxHttpRequest(HttpRequest):
 
 
 @require_GET
-@login_required
+@operator_login_required
 def inbox(request: HtmxHttpRequest) -> HttpResponse:
     pending = list(selectors.inbox_for(user=request.user))
     version = selectors.inbox_version(pending)
@@ -46,7 +46,7 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
 
 
 @require_http_methods(["GET", "POST"])
-@login_required
+@operator_login_required
 def answer(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     try:
         question = selectors.input_request_get_for_operator(

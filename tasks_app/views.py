@@ -1,11 +1,11 @@
 from __future__ import annotations
 
-from django.contrib.auth.decorators import login_required
 from django.http import Http404, HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
+from elicitations.decorators import operator_login_required
 from elicitations.selectors import input_requests_of_task
 from tasks_app import health, selectors
 
@@ -18,7 +18,7 @@ def healthz(request: HttpRequest) -> JsonResponse:
 
 
 @require_GET
-@login_required
+@operator_login_required
 def task_detail(request: HttpRequest, task_id: str) -> HttpResponse:
     """One task for an operator: status, arguments, result, questions, effects, timeline."""
     try:

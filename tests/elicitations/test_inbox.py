@@ -22,6 +22,16 @@ def test_it_needs_a_login(client) -> None:
     assert response["Location"] == "/accounts/login/?next=/inbox/"
 
 
+def test_an_expired_session_reloads_the_whole_page_to_log_in(client) -> None:
+    """A poll must not swap the login page into the list."""
+    response = client.get(
+        "/inbox/?since=x", HTTP_HX_REQUEST="true", HTTP_HX_CURRENT_URL="http://testserver/inbox/7/"
+    )
+    assert response.status_code == 200
+    assert response["HX-Redirect"] == "/accounts/login/?next=/inbox/7/"
+    assert response.content == b""
+
+
 def test_logging_in_lands_on_the_inbox(client, operator) -> None:
     page = client.get("/accounts/login/")
     assert page.status_code == 200

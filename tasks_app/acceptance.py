@@ -24,8 +24,9 @@ from typing import Any
 import psycopg
 import rfc8785
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field
 from django.db.models.expressions import Col
 from django.utils import timezone
 from psycopg.types.json import Jsonb
@@ -384,12 +385,7 @@ SELECT old_task.*, NULL FROM old_task
 def _accept_postgresql(task: Task, *, carrier: str | None, actor: str) -> Receipt:
     db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: the proxy costs a lookup per use
     columns = _task_columns()
-    params = {
-        column.target.column: column.target.get_db_prep_save(
-            column.target.pre_save(task, True), connection=db
-        )
-        for column in columns
-    }
+    params = {c.name: c.value(task, db) for c in columns}
     params.update(
         actor_type=Actor.CLIENT.value,
         actor=actor,
@@ -418,15 +414,58 @@ def _accept_postgresql(task: Task, *, carrier: str | None, actor: str) -> Receip
     raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
 
 
+# Field types whose Python values psycopg takes as they are (Django's preparation of them is
+# the identity on PostgreSQL); any other type goes through get_db_prep_save.
+_AS_IS = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.DateTimeField,
+    models.ForeignKey,
+)
+
+
+@dataclass(frozen=True)
+class _Column:
+    """One column of the task row, with what writing and reading it needs (worked out once,
+    not per request)."""
+
+    name: str
+    field: Field[Any, Any]
+    col: Col
+    as_is: bool
+    converters: tuple[Any, ...]
+
+    def value(self, task: Task, db: BaseDatabaseWrapper) -> Any:
+        value = getattr(task, self.field.attname)
+        if value is None and getattr(self.field, "auto_now_add", False):
+            value = self.field.pre_save(task, True)
+        return value if self.as_is else self.field.get_db_prep_save(value, connection=db)
+
+
 @cache
-def _task_columns() -> list[Col]:
-    return [f.get_col(Task._meta.db_table) for f in Task._meta.concrete_fields]
+def _task_columns() -> tuple[_Column, ...]:
+    db = connections[DEFAULT_DB_ALIAS]
+    columns = []
+    for field in Task._meta.concrete_fields:
+        col = field.get_col(Task._meta.db_table)
+        columns.append(
+            _Column(
+                name=field.column,
+                field=field,
+                col=col,
+                as_is=isinstance(field, _AS_IS),
+                converters=tuple(db.ops.get_db_converters(col) + col.get_db_converters(db)),
+            )
+        )
+    return tuple(columns)
 
 
 @cache
 def _insert_or_get_sql() -> str:
     q = connection.ops.quote_name
-    names = [column.target.column for column in _task_columns()]
+    names = [column.name for column in _task_columns()]
     return _INSERT_OR_GET.format(
         task=q(Task._meta.db_table),
         event=q(TaskEvent._meta.db_table),
@@ -436,13 +475,15 @@ def _insert_or_get_sql() -> str:
     )
 
 
-def _task_from_row(db: BaseDatabaseWrapper, columns: list[Col], values: tuple[Any, ...]) -> Task:
+def _task_from_row(
+    db: BaseDatabaseWrapper, columns: tuple[_Column, ...], values: tuple[Any, ...]
+) -> Task:
     # What Django's SQL compiler does with a fetched row: run each column's converters.
     converted = list(values)
     for i, column in enumerate(columns):
-        for converter in db.ops.get_db_converters(column) + column.get_db_converters(db):
-            converted[i] = converter(converted[i], column, db)
-    return Task.from_db(db.alias, [column.target.attname for column in columns], converted)
+        for converter in column.converters:
+            converted[i] = converter(converted[i], column.col, db)
+    return Task.from_db(db.alias, [column.field.attname for column in columns], converted)
 
 
 # --- waiting for the outcome -----------------------------------------------------------

@@ -37,6 +37,11 @@ test: install
 conformance: install
 	bash scripts/conformance.sh
 
+# Benchmarks (not part of `make test`): each starts its own database, broker and server
+# processes, prints its figures and writes them into docs/benchmarks.md.
+bench: install
+	$(BIN)/python bench/acceptance.py
+
 lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .

@@ -34,7 +34,8 @@ log = logging.getLogger(__name__)
 
 RUN_TASK_JOB = "run_task_job"
 
-# One try per publish, no waiting between retries: a failed record is the sweeper's.
+# One immediate retry, on a fresh connection (a pooled one goes stale when the broker
+# restarts); if that fails too, the record is the sweeper's.
 _FAST_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
 # How long the publisher thread leaves records to the sweeper after the broker failed, so a
 # dead broker costs one failed connection attempt per pause rather than one per record.
@@ -45,6 +46,8 @@ _LINGER_SECONDS = 0.002
 _BATCH_SIZE = 100
 # An idle publisher thread closes its database connection after this long.
 _IDLE_SECONDS = 1.0
+# Published records are marked (one UPDATE) at most this often.
+_MARK_EVERY_SECONDS = 0.25
 
 Pending = tuple[int, str]  # (dispatch id, task id)
 
@@ -71,19 +74,27 @@ def publish(dispatch_id: int, task_id: str) -> bool:
 def publish_many(records: Sequence[Pending]) -> int:
     """Send RECORDS to the broker in one batch and mark them published. Return how many were
     sent: all of them, or 0 if the broker failed (their attempts are counted)."""
-    if not records:
+    if not records or not _send_or_count_failure(records):
         return 0
-    ids = [dispatch_id for dispatch_id, _ in records]
+    _mark_published([dispatch_id for dispatch_id, _ in records])
+    return len(records)
+
+
+def _send_or_count_failure(records: Sequence[Pending]) -> bool:
     try:
         _send(records)
     except Exception as exc:  # any broker/transport failure: the sweeper retries
         log.warning("%s dispatch records not published: %s", len(records), exc)
+        ids = [dispatch_id for dispatch_id, _ in records]
         Dispatch.objects.filter(pk__in=ids).update(attempts=F("attempts") + 1)
-        return 0
+        return False
+    return True
+
+
+def _mark_published(ids: list[int]) -> None:
     Dispatch.objects.filter(pk__in=ids).update(
         published_at=timezone.now(), attempts=F("attempts") + 1
     )
-    return len(records)
 
 
 def _send(records: Sequence[Pending]) -> None:
@@ -134,6 +145,9 @@ def publish_pending(*, limit: int = 5000) -> int:
 class _Publisher:
     """A daemon thread per process that publishes committed records in small batches.
 
+    Records are marked published in one UPDATE every ``_MARK_EVERY_SECONDS`` rather than
+    after each batch: the sweeper only looks at records older than the grace period, so a
+    late mark costs nothing, and at worst (the process dies first) a message is sent twice.
     Nothing is lost if the process dies with records still queued here: they are committed
     and unpublished, so the sweeper publishes them after the grace period.
     """
@@ -142,7 +156,7 @@ class _Publisher:
         self._queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
         self._cond = threading.Condition()
         self._pid: int | None = None
-        self._pending = 0  # submitted and not yet handled
+        self._pending = 0  # submitted, and not yet marked or left to the sweeper
         self._resting = True  # idle, holding no database connection
         self._paused_until = 0.0
 
@@ -166,20 +180,28 @@ class _Publisher:
             return self._cond.wait_for(done, timeout)
 
     def _run(self) -> None:
+        sent: list[int] = []  # published, not yet marked
+        marked_at = time.monotonic()
         while True:
-            batch = self._take_batch(timeout=_IDLE_SECONDS)
+            wait = _IDLE_SECONDS
+            if sent:
+                wait = max(0.0, marked_at + _MARK_EVERY_SECONDS - time.monotonic())
+            batch = self._take_batch(timeout=wait)
             if batch:
-                self._publish(batch)
-                with self._cond:
-                    self._pending -= len(batch)
-                    self._cond.notify_all()
-                continue
-            # Idle: give the database connection back rather than hold it open.
-            connections.close_all()
-            with self._cond:
-                if self._pending == 0:
-                    self._resting = True
-                    self._cond.notify_all()
+                sent += self._publish(batch)
+            if sent and (not batch or time.monotonic() - marked_at >= _MARK_EVERY_SECONDS):
+                self._mark(sent)
+                sent, marked_at = [], time.monotonic()
+            elif not batch and not sent:
+                self._rest()  # a whole idle period went by
+
+    def _rest(self) -> None:
+        # Give the database connection back rather than hold it open while idle.
+        connections.close_all()
+        with self._cond:
+            if self._pending == 0:
+                self._resting = True
+                self._cond.notify_all()
 
     def _take_batch(self, timeout: float) -> list[Pending]:
         try:
@@ -194,15 +216,34 @@ class _Publisher:
                 break
         return batch
 
-    def _publish(self, batch: list[Pending]) -> None:
-        if time.monotonic() < self._paused_until:
-            return  # the broker failed a moment ago: these are the sweeper's
+    def _publish(self, batch: list[Pending]) -> list[int]:
+        """Send BATCH; return the ids sent (none when the broker failed or is paused)."""
+        ids: list[int] = []
         try:
-            close_old_connections()
-            if not publish_many(batch):
-                self._paused_until = time.monotonic() + BROKER_PAUSE_SECONDS
+            if time.monotonic() >= self._paused_until:  # else: the sweeper's
+                close_old_connections()
+                if _send_or_count_failure(batch):
+                    ids = [dispatch_id for dispatch_id, _ in batch]
+                else:
+                    self._paused_until = time.monotonic() + BROKER_PAUSE_SECONDS
         except Exception:  # the database failed: the records stay unpublished for the sweeper
             log.exception("publishing %s dispatch records failed", len(batch))
+        if not ids:
+            self._handled(len(batch))
+        return ids
+
+    def _mark(self, ids: list[int]) -> None:
+        try:
+            close_old_connections()
+            _mark_published(ids)
+        except Exception:  # unmarked records are published again by the sweeper: harmless
+            log.exception("marking %s dispatch records published failed", len(ids))
+        self._handled(len(ids))
+
+    def _handled(self, count: int) -> None:
+        with self._cond:
+            self._pending -= count
+            self._cond.notify_all()
 
 
 _publisher = _Publisher()

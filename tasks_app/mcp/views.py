@@ -101,7 +101,7 @@ class McpView(APIView):
                 data={"limit": limit},
             )
         try:
-            message = json.loads(request._request.body, parse_constant=_reject_constant)
+            message = json.loads(request.body, parse_constant=_reject_constant)
         except ValueError as exc:
             raise ParseError(f"Parse error: {exc}") from None
         if isinstance(message, list):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,7 +63,7 @@ def call_tool_result(stored: dict[str, Any] | None) -> dict[str, Any]:
     return result
 
 
-def detailed_task(task: Task, requests: list[InputRequest] = ()) -> dict[str, Any]:  # type: ignore[assignment]
+def detailed_task(task: Task, requests: Sequence[InputRequest] = ()) -> dict[str, Any]:
     """The ``tasks/get`` result: the task plus the field its status calls for."""
     out = {RESULT_TYPE: "complete", **task_fields(task)}
     if task.status == Status.COMPLETED:

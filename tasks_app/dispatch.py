@@ -40,9 +40,11 @@ _FAST_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "inter
 # How long the publisher thread leaves records to the sweeper after the broker failed, so a
 # dead broker costs one failed connection attempt per pause rather than one per record.
 BROKER_PAUSE_SECONDS = 2.0
-# The publisher thread waits this long after the first record so that records committed by
-# concurrent requests go out in one batch.
-_LINGER_SECONDS = 0.002
+# While records keep coming (the last batch went out less than _BUSY_SECONDS ago), the
+# publisher thread waits this long after the first record of a batch, so that records
+# committed by concurrent requests share one broker round trip; an idle one sends at once.
+_LINGER_SECONDS = 0.01
+_BUSY_SECONDS = 0.05
 _BATCH_SIZE = 100
 # An idle publisher thread closes its database connection after this long.
 _IDLE_SECONDS = 1.0
@@ -159,6 +161,7 @@ class _Publisher:
         self._pending = 0  # submitted, and not yet marked or left to the sweeper
         self._resting = True  # idle, holding no database connection
         self._paused_until = 0.0
+        self._last_batch = 0.0
 
     def submit(self, record: Pending) -> None:
         with self._cond:
@@ -208,7 +211,10 @@ class _Publisher:
             batch = [self._queue.get(timeout=timeout)]
         except queue.Empty:
             return []
-        time.sleep(_LINGER_SECONDS)
+        now = time.monotonic()
+        if now - self._last_batch < _BUSY_SECONDS:
+            time.sleep(_LINGER_SECONDS)
+        self._last_batch = now
         while len(batch) < _BATCH_SIZE:
             try:
                 batch.append(self._queue.get_nowait())

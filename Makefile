@@ -40,6 +40,7 @@ conformance: install
 # Benchmarks (not part of `make test`): each starts its own database, broker and server
 # processes, prints its figures and writes them into docs/benchmarks.md.
 bench: install
+	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python bench/acceptance.py
 
 lint: install

@@ -24,7 +24,8 @@ def run_task_job(task_id: str, dispatch_id: int | None = None) -> None:
 
 @shared_task(name="sweep_job")
 def sweep_job() -> None:
-    """Publish unpublished dispatch records and re-dispatch tasks whose lease expired."""
+    """Publish dispatch records left unpublished (or published but never consumed) and
+    re-dispatch tasks whose lease expired."""
     from tasks_app import dispatch, runtime
 
     sent = dispatch.publish_pending()

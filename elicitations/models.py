@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.conf import settings
 from django.db import models
 from django.db.models import Q
@@ -51,6 +53,9 @@ class InputRequest(models.Model):
     mode = models.CharField(max_length=10, choices=Mode.choices, default=Mode.FORM)
     message = models.TextField()
     requested_schema = models.JSONField(null=True, blank=True)
+    # The schema's property names in the order the tool wrote them: PostgreSQL's jsonb keeps
+    # object keys in its own order, and forms list their fields in this one (``form_schema``).
+    property_order = models.JSONField(default=list, blank=True)
     url = models.URLField(max_length=2000, blank=True)
     audience = models.CharField(max_length=10, choices=Audience.choices, default=Audience.CLIENT)
     status = models.CharField(
@@ -91,6 +96,17 @@ class InputRequest(models.Model):
 
     def __str__(self) -> str:
         return f"{self.key} ({self.status})"
+
+    @property
+    def form_schema(self) -> dict[str, Any] | None:
+        """The requested schema with its properties in the order the tool asked them."""
+        schema = self.requested_schema
+        if not isinstance(schema, dict) or not isinstance(schema.get("properties"), dict):
+            return schema
+        properties = schema["properties"]
+        names = [n for n in self.property_order if n in properties]
+        names += [n for n in properties if n not in names]
+        return {**schema, "properties": {name: properties[name] for name in names}}
 
     @property
     def is_pending(self) -> bool:

@@ -165,6 +165,7 @@ def open_request(
         mode=mode,
         message=message,
         requested_schema=checked,
+        property_order=list((checked or {}).get("properties", {})),
         url=url,
         audience=audience,
         deadline=when,

@@ -56,13 +56,13 @@ def answer(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
         raise Http404("No such question in your inbox.") from None
     if request.method == "POST":
         return _submit(request, question)
-    form = AnswerForm(question.requested_schema) if question.is_pending else None
+    form = AnswerForm(question.form_schema) if question.is_pending else None
     return _page(request, question, form=form)
 
 
 def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
     action = request.POST.get(ACTION_FIELD, "")
-    form = AnswerForm(question.requested_schema, data=request.POST)
+    form = AnswerForm(question.form_schema, data=request.POST)
     if action not in ACTIONS:
         form.is_valid()
         form.add_error(None, "Choose Accept, Decline or Cancel.")

@@ -116,3 +116,17 @@ def test_an_ended_task_cannot_ask(task, ask) -> None:
     with pytest.raises(transitions.TaskClosed, match="is failed; it cannot ask 'approval'"):
         ask()
     assert not InputRequest.objects.exists()
+
+
+def test_forms_keep_the_order_the_tool_wrote_the_properties_in(ask) -> None:
+    from tests.elicitations.test_schemas import EVERY_FIELD_KIND
+
+    request = InputRequest.objects.get(pk=ask(schema=EVERY_FIELD_KIND).pk)
+    written = list(EVERY_FIELD_KIND["properties"])
+    assert request.property_order == written
+    # PostgreSQL's jsonb returns object keys in its own order; the form does not follow it.
+    assert list(request.form_schema["properties"]) == written
+    request.requested_schema["properties"] = dict(
+        reversed(request.requested_schema["properties"].items())
+    )
+    assert list(request.form_schema["properties"]) == written

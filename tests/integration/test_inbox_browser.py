@@ -58,7 +58,7 @@ def stack(django_db_setup, django_db_blocker) -> Iterator[Any]:  # type: ignore[
 
 
 @pytest.fixture(scope="module")
-def browser() -> Iterator[Any]:
+def chromium() -> Iterator[Any]:
     from playwright.sync_api import sync_playwright
 
     with sync_playwright() as playwright:
@@ -67,6 +67,30 @@ def browser() -> Iterator[Any]:
         )
         yield launched
         launched.close()
+
+
+class Browser:
+    """The module's Chromium, closing the windows (contexts) a test opened when it ends."""
+
+    def __init__(self, chromium: Any) -> None:
+        self.chromium = chromium
+        self.contexts: list[Any] = []
+
+    def new_context(self, **options: Any) -> Any:
+        context = self.chromium.new_context(**options)
+        self.contexts.append(context)
+        return context
+
+    def close(self) -> None:
+        for context in self.contexts:
+            context.close()
+
+
+@pytest.fixture
+def browser(chromium) -> Iterator[Browser]:  # type: ignore[no-untyped-def]
+    opened = Browser(chromium)
+    yield opened
+    opened.close()
 
 
 @pytest.fixture(autouse=True)
@@ -117,7 +141,7 @@ def ask(demo) -> Callable[..., InputRequest]:  # type: ignore[no-untyped-def]
     return _ask
 
 
-def log_in(browser: Any, stack: Any, username: str) -> Any:
+def log_in(browser: Browser, stack: Any, username: str) -> Any:
     page = browser.new_context(viewport={"width": 1280, "height": 860}).new_page()
     page.goto(f"{stack.url}/inbox/")
     assert page.url.startswith(f"{stack.url}/accounts/login/")
@@ -383,3 +407,263 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
 
     assert (out / "inbox.png").stat().st_size > 10_000
     assert (out / "answer-form.png").stat().st_size > 10_000
+
+
+# --- end to end: MCP client, runtime, inbox ------------------------------------------------------
+
+
+def mcp(stack: Any, method: str, params: dict[str, Any], *, token: str, **headers: str) -> Any:
+    """One 2026-07-28 request to the live /mcp endpoint; return its result."""
+    import httpx
+
+    from tests.integration.idempotency_helpers import VERSION, envelope, result_of
+
+    name = params.get("name") or params.get("taskId") or ""
+    response = httpx.post(
+        stack.mcp_url,
+        json={
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": method,
+            "params": {**params, "_meta": envelope()},
+        },
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "MCP-Protocol-Version": VERSION,
+            "Mcp-Method": method,
+            "Mcp-Name": name,
+            "Authorization": f"Bearer {token}",
+            **headers,
+        },
+        timeout=30,
+    )
+    return result_of(response)
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            from tasks_app.models import Dispatch, TaskEvent
+
+            raise AssertionError(
+                f"no {what} after {timeout} s; dispatch records: "
+                f"{list(Dispatch.objects.values())}; events: "
+                f"{list(TaskEvent.objects.values_list('task_id', 'kind', 'created_at'))}"
+            )
+        time.sleep(0.1)
+
+
+@pytest.fixture
+def token(demo) -> str:  # type: ignore[no-untyped-def]
+    from tasks_app import tokens
+
+    return tokens.issue(demo)
+
+
+def test_an_operator_approves_a_large_refund_once_and_a_second_operator_is_told(
+    browser, stack, make_operator, token
+) -> None:
+    from playwright.sync_api import expect
+
+    from tasks_app.models import Effect
+    from tasks_app.tools.toolsets.demo import DemoRefund
+
+    make_operator("olga")
+    make_operator("sam")
+    olga = log_in(browser, stack, "olga")
+    sam = log_in(browser, stack, "sam")
+    arguments = {"payment_id": "p-42", "amount_cents": 20000, "reason": "damaged in transit"}
+    receipt = mcp(
+        stack,
+        "tools/call",
+        {"name": "refund_payment", "arguments": arguments},
+        token=token,
+        **{"Idempotency-Key": "refund-p-42"},
+    )
+    assert receipt["resultType"] == "task"
+    task_id = receipt["taskId"]
+    question = wait_for(
+        "approval question",
+        lambda: InputRequest.objects.filter(task_id=task_id, ask_key="approval").first(),
+    )
+    # The client is not offered an operator's question; the task reads as still working.
+    waiting = mcp(stack, "tasks/get", {"taskId": task_id}, token=token)
+    assert waiting["status"] == "working"
+    assert "inputRequests" not in waiting
+    assert "Waiting for an operator" in waiting["statusMessage"]
+
+    expect(card(olga, question)).to_contain_text("Approve a refund of 200.00 on payment p-42?")
+    expect(card(olga, question)).to_contain_text("refund_payment")
+    sam.goto(f"{stack.url}/inbox/{question.pk}/")
+    expect(sam.get_by_role("button", name="Decline")).to_be_visible()
+    card(olga, question).get_by_role("link", name=re.compile("^Answer")).click()
+    olga.locator("#answer-panel").get_by_label("Approve", exact=False).first.check()
+    olga.get_by_role("button", name="Accept").click()
+    expect(olga.locator("#answer-panel").get_by_role("status")).to_contain_text("You accepted")
+    sam.get_by_role("button", name="Decline").click()
+    expect(sam.locator("#already-answered")).to_contain_text("olga chose Accept at")
+
+    done = wait_for(
+        "completed task",
+        lambda: (
+            (got := mcp(stack, "tasks/get", {"taskId": task_id}, token=token))["status"]
+            in {"completed", "failed", "cancelled"}
+            and got
+        ),
+        timeout=60,
+    )
+    assert done["status"] == "completed", done
+    assert done["result"]["isError"] is False
+    refund_id = done["result"]["structuredContent"]["refund_id"]
+    assert DemoRefund.objects.filter(payment_id="p-42").count() == 1
+    assert list(Effect.objects.filter(task_id=task_id).values_list("name", "state")) == [
+        ("refund", "confirmed")
+    ]
+    # A retry with the same key returns the same task and refunds nothing more.
+    again = mcp(
+        stack,
+        "tools/call",
+        {"name": "refund_payment", "arguments": arguments},
+        token=token,
+        **{"Idempotency-Key": "refund-p-42"},
+    )
+    assert again["taskId"] == task_id
+    assert DemoRefund.objects.filter(payment_id="p-42").count() == 1
+
+    olga.goto(f"{stack.url}/tasks/{task_id}/")
+    expect(olga.locator("#task-status")).to_have_text("Completed")
+    expect(olga.locator("#task-result")).to_contain_text(refund_id)
+    expect(olga.locator("#task-timeline")).to_contain_text("input_answer_ignored")
+
+
+def test_a_refund_reason_with_markup_renders_as_text_and_can_be_declined(
+    browser, stack, make_operator, token
+) -> None:
+    from playwright.sync_api import expect
+
+    from tasks_app.tools.toolsets.demo import DemoRefund
+
+    make_operator("olga")
+    page = log_in(browser, stack, "olga")
+    evil = '<script>window.__pwned = 1</script><img src=x onerror="window.__pwned = 2">'
+    receipt = mcp(
+        stack,
+        "tools/call",
+        {
+            "name": "refund_payment",
+            "arguments": {"payment_id": "p-666", "amount_cents": 50000, "reason": evil},
+        },
+        token=token,
+        **{"Idempotency-Key": "refund-p-666"},
+    )
+    question = wait_for(
+        "approval question",
+        lambda: InputRequest.objects.filter(task_id=receipt["taskId"]).first(),
+    )
+
+    message = card(page, question).locator(".request-message")
+    expect(message).to_have_text(
+        f"Approve a refund of 500.00 on payment p-666? Reason given: {evil}"
+    )
+    card(page, question).get_by_role("link", name=re.compile("^Answer")).click()
+    page.get_by_role("button", name="Decline").click()
+    expect(page.locator("#answer-panel").get_by_role("status")).to_contain_text("You declined")
+    assert page.evaluate("window.__pwned") is None
+    assert page.locator("img[src=x]").count() == 0
+
+    done = wait_for(
+        "finished task",
+        lambda: (
+            (got := mcp(stack, "tasks/get", {"taskId": receipt["taskId"]}, token=token))["status"]
+            == "completed"
+            and got
+        ),
+        timeout=60,
+    )
+    assert done["result"]["isError"] is True
+    assert "was not approved by an operator" in done["result"]["content"][0]["text"]
+    assert not DemoRefund.objects.filter(payment_id="p-666").exists()
+
+
+def test_a_client_question_answered_through_tasks_update_never_shows_in_the_inbox(
+    browser, stack, make_operator, token
+) -> None:
+    from playwright.sync_api import expect
+
+    make_operator("olga")
+    page = log_in(browser, stack, "olga")
+    marker = "ship build 7781 to the moon"
+    # Record whether the marker ever appears anywhere on the page, and count the list's polls.
+    page.evaluate(
+        """marker => {
+            window.__seen = false;
+            window.__polls = 0;
+            new MutationObserver(() => {
+                if (document.body.innerText.includes(marker)) window.__seen = true;
+            }).observe(document.body, {subtree: true, childList: true, characterData: true});
+            document.body.addEventListener("htmx:afterRequest", event => {
+                if (event.detail.pathInfo.requestPath.startsWith("/inbox/?since=")) {
+                    window.__polls += 1;
+                }
+            });
+        }""",
+        marker,
+    )
+
+    receipt = mcp(
+        stack,
+        "tools/call",
+        {"name": "confirm_action", "arguments": {"action": marker}},
+        token=token,
+    )
+    task_id = receipt["taskId"]
+    asked = wait_for(
+        "input_required",
+        lambda: (
+            (got := mcp(stack, "tasks/get", {"taskId": task_id}, token=token))["status"]
+            == "input_required"
+            and got
+        ),
+    )
+    [(key, request)] = asked["inputRequests"].items()
+    assert request["method"] == "elicitation/create"
+    assert request["params"]["message"] == f"Confirm: {marker}"
+    # Let the inbox poll a few times while the client's question is pending.
+    polled = page.evaluate("window.__polls")
+    page.wait_for_function(f"window.__polls >= {polled + 3}", timeout=20_000)
+    expect(page.locator(".request-card")).to_have_count(0)
+    expect(page.locator("#inbox-count")).to_have_text("")
+
+    mcp(
+        stack,
+        "tasks/update",
+        {
+            "taskId": task_id,
+            "inputResponses": {key: {"action": "accept", "content": {"confirm": True}}},
+        },
+        token=token,
+    )
+    done = wait_for(
+        "completed task",
+        lambda: (
+            (got := mcp(stack, "tasks/get", {"taskId": task_id}, token=token))["status"]
+            == "completed"
+            and got
+        ),
+        timeout=60,
+    )
+    assert done["result"]["structuredContent"] == {"confirmed": True}
+    polled = page.evaluate("window.__polls")
+    page.wait_for_function(f"window.__polls > {polled}", timeout=20_000)
+    assert page.evaluate("window.__seen") is False
+    assert marker not in page.content()
+    row = InputRequest.objects.select_related("answered_by_client").get(task_id=task_id)
+    assert (row.channel, row.answered_by_client.name, row.answered_by_user) == (
+        "tasks/update",
+        "demo",
+        None,
+    )

@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 
 from celery import Celery
+from kombu.transport import TRANSPORT_ALIASES
+
+# "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
+TRANSPORT_ALIASES["filesystem"] = "config.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 

@@ -1,0 +1,60 @@
+"""The embedded broker: kombu's filesystem transport, made safe for concurrent processes.
+
+kombu's own transport creates a message file and then writes into it, so a worker polling the
+folder can pick the file up while it is still empty and die on the JSON decode. Here a message
+is written under a temporary name the reader ignores and then renamed into place (a rename is
+atomic within one filesystem), and a reader claims a message by renaming it into a folder on
+the same filesystem, so two readers can never both take it and nothing is copied across
+filesystems.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from queue import Empty
+from time import monotonic
+from typing import Any
+
+from kombu.exceptions import ChannelError
+from kombu.transport import filesystem
+from kombu.utils.encoding import bytes_to_str, str_to_bytes
+from kombu.utils.json import dumps, loads
+
+
+class Channel(filesystem.Channel):
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+        folder = self.data_folder_out
+        final = os.path.join(folder, f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg")
+        # No ".<queue>.msg" suffix: _get skips the file until the rename completes.
+        temp = os.path.join(folder, f"incoming-{uuid.uuid4()}")
+        try:
+            with open(temp, "wb") as handle:
+                handle.write(str_to_bytes(dumps(payload)))
+            os.replace(temp, final)
+        except OSError as exc:
+            raise ChannelError(f"Cannot add a message to {folder!r}") from exc
+
+    def _get(self, queue: str) -> Any:
+        wanted = f"{queue}.msg"
+        claimed_dir = os.path.join(os.path.dirname(self.data_folder_in.rstrip("/")), "claimed")
+        os.makedirs(claimed_dir, exist_ok=True)
+        for name in sorted(os.listdir(self.data_folder_in)):
+            if name.partition(".")[2] != wanted:
+                continue
+            claimed = os.path.join(claimed_dir, name)
+            try:
+                os.rename(os.path.join(self.data_folder_in, name), claimed)
+            except FileNotFoundError:
+                continue  # another reader claimed it first
+            try:
+                with open(claimed, "rb") as handle:
+                    payload = handle.read()
+            finally:
+                os.unlink(claimed)
+            return loads(bytes_to_str(payload))
+        raise Empty()
+
+
+class Transport(filesystem.Transport):
+    Channel = Channel

@@ -1,0 +1,82 @@
+"""The embedded broker under concurrent producers and consumers: every message arrives whole,
+exactly once."""
+
+from __future__ import annotations
+
+import multiprocessing
+from pathlib import Path
+
+from kombu import Connection, Exchange, Queue
+
+import config.celery  # noqa: F401 - registers the "filesystem" alias
+
+
+def _connection(folder: Path) -> Connection:
+    return Connection(
+        "filesystem://",
+        transport_options={
+            "data_folder_in": str(folder / "queue"),
+            "data_folder_out": str(folder / "queue"),
+            "control_folder": str(folder / "control"),
+        },
+    )
+
+
+def _produce(folder: str, start: int, count: int) -> None:
+    with _connection(Path(folder)) as conn:
+        producer = conn.Producer(serializer="json")
+        for n in range(start, start + count):
+            producer.publish({"n": n, "pad": "x" * 2000}, routing_key="jobs", exchange="")
+
+
+def _consume(folder: str, out: multiprocessing.Queue, expected: int) -> None:  # type: ignore[type-arg]
+    with _connection(Path(folder)) as conn:
+        queue = conn.SimpleQueue("jobs", no_ack=True)
+        seen = 0
+        while seen < expected:
+            try:
+                message = queue.get(timeout=10)
+            except queue.Empty:
+                break
+            out.put(message.payload["n"])
+            seen += 1
+        queue.close()
+
+
+def test_it_is_the_atomic_transport(tmp_path: Path) -> None:
+    from config.broker import Transport
+
+    (tmp_path / "queue").mkdir()
+    with _connection(tmp_path) as conn:
+        assert isinstance(conn.transport, Transport)
+
+
+def test_concurrent_producers_and_consumers_see_every_message_once(tmp_path: Path) -> None:
+    (tmp_path / "queue").mkdir()
+    ctx = multiprocessing.get_context("spawn")
+    results: multiprocessing.Queue = ctx.Queue()  # type: ignore[type-arg]
+    producers = [ctx.Process(target=_produce, args=(str(tmp_path), i * 300, 300)) for i in range(3)]
+    consumers = [ctx.Process(target=_consume, args=(str(tmp_path), results, 450)) for _ in range(2)]
+    for proc in consumers + producers:
+        proc.start()
+    for proc in producers + consumers:
+        proc.join(60)
+        assert proc.exitcode == 0
+    got = [results.get(timeout=5) for _ in range(results.qsize())]
+    assert sorted(got) == list(range(900))
+    assert not list((tmp_path / "queue").iterdir())
+
+
+def test_a_half_written_message_is_not_picked_up(tmp_path: Path) -> None:
+    queue_dir = tmp_path / "queue"
+    queue_dir.mkdir()
+    with _connection(tmp_path) as conn:
+        channel = conn.default_channel
+        Queue("jobs", Exchange(""), routing_key="jobs")(channel).declare()
+        (queue_dir / "incoming-partial").write_bytes(b'{"body": "tru')
+        import queue as stdlib_queue
+
+        import pytest
+
+        with pytest.raises(stdlib_queue.Empty):
+            channel._get("jobs")

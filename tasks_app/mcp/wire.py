@@ -44,7 +44,8 @@ def input_request(request: InputRequest) -> dict[str, Any]:
     if request.mode == Mode.URL:
         params["url"] = request.url
     else:
-        params["requestedSchema"] = request.requested_schema or {"type": "object", "properties": {}}
+        # form_schema: the properties in the order the tool asked them (jsonb reorders keys).
+        params["requestedSchema"] = request.form_schema or {"type": "object", "properties": {}}
     return {"method": "elicitation/create", "params": params}
 
 

@@ -33,7 +33,7 @@ from elicitations.models import (
 )
 from elicitations.schemas import UnsupportedSchema
 from tasks_app import transitions as task_transitions
-from tasks_app.models import Actor, Client, Task, event
+from tasks_app.models import Actor, Client, Status, Task, event
 
 EMPTY_FORM: dict[str, Any] = {"type": "object", "properties": {}}
 ACTIONS = {
@@ -380,7 +380,14 @@ def _invalid(
 
 
 def _resume_if_done(task: Task, *, actor_type: str, actor: str, reason: str = "answered") -> bool:
-    if task.is_terminal or task.input_requests.filter(status=RequestStatus.PENDING).exists():
+    if task.is_terminal:
+        return False
+    pending = task.input_requests.filter(status=RequestStatus.PENDING)
+    if task.status == Status.INPUT_REQUIRED:
+        # input_required promises the client a question it can answer. Once only operators'
+        # questions are left, a new leg replays up to them and waits as "working" instead.
+        pending = pending.exclude(audience=Audience.OPERATOR)
+    if pending.exists():
         return False
     task_transitions.resume(task_id=task.pk, actor_type=actor_type, actor=actor, reason=reason)
     return True

@@ -353,3 +353,44 @@ def test_concurrent_answers_have_exactly_one_winner(alice, operator) -> None:
     assert Dispatch.objects.filter(task=task).count() == 1
     assert TaskEvent.objects.filter(task=task, kind="input_answered").count() == 1
     assert TaskEvent.objects.filter(task=task, kind="input_answer_ignored").count() == 5
+
+
+def test_once_only_operator_questions_are_left_the_task_stops_waiting_on_the_client(
+    task, ask, alice, operator
+) -> None:
+    approval = ask()  # operator-only
+    confirm = ask(ask_key="confirm", audience="client", message="Go ahead?", schema=None)
+    task_transitions.require_input(task_id=task.pk, message="Go ahead?")
+
+    outcome = transitions.answer(
+        task=task,
+        key=confirm.key,
+        response={"action": "accept", "content": {}},
+        channel="tasks/update",
+        client=alice,
+    )
+
+    # input_required would promise the client a question it can answer; there is none left.
+    assert outcome.resumed
+    task.refresh_from_db()
+    assert task.status == "working"
+    assert InputRequest.objects.get(pk=approval.pk).status == "pending"
+    assert Dispatch.objects.filter(task=task, reason="answered").count() == 1
+
+
+def test_a_client_question_left_keeps_the_task_waiting_on_the_client(task, ask, alice) -> None:
+    first = ask(ask_key="first", audience="client", message="First?", schema=None)
+    ask(ask_key="second", audience="any", message="Second?", schema=None)
+    task_transitions.require_input(task_id=task.pk, message="First?")
+
+    outcome = transitions.answer(
+        task=task,
+        key=first.key,
+        response={"action": "accept", "content": {}},
+        channel="tasks/update",
+        client=alice,
+    )
+
+    assert outcome.recorded and not outcome.resumed
+    task.refresh_from_db()
+    assert task.status == "input_required"

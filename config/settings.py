@@ -337,6 +337,9 @@ TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, min
 TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")
 TASKDESK_DEMO_EXPORT_SECONDS = env_float("TASKDESK_DEMO_EXPORT_SECONDS", 3.0, minimum=0)
 TASKDESK_REFUND_APPROVAL_CENTS = env_int("TASKDESK_REFUND_APPROVAL_CENTS", 10000, minimum=0)
+# How long the demo payment provider takes to answer a refund (a window in which a worker
+# can die between making the refund and recording it; the worker tests use it).
+TASKDESK_DEMO_REFUND_SECONDS = env_float("TASKDESK_DEMO_REFUND_SECONDS", 0.0, minimum=0)
 TASKDESK_PUBLIC_URL = env_str("TASKDESK_PUBLIC_URL") or f"http://{HOST}:{PORT}"
 
 # --- logging ---------------------------------------------------------------------------------

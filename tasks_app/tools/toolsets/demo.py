@@ -221,14 +221,19 @@ def _refund_id(refund: DemoRefund) -> str:
 
 def issue_refund(*, key: str, payment_id: str, amount_cents: int, reason: str) -> DemoRefund:
     """The demo provider's refund call: refuses a key it has seen, like a real provider's
-    idempotency check, so no failure anywhere else can refund one request twice."""
+    idempotency check, so no failure anywhere else can refund one request twice. It takes
+    ``TASKDESK_DEMO_REFUND_SECONDS``, half before the refund is made and half after."""
+    latency = settings.TASKDESK_DEMO_REFUND_SECONDS / 2
+    time.sleep(latency)
     try:
         with transaction.atomic():
-            return DemoRefund.objects.create(
+            refund = DemoRefund.objects.create(
                 downstream_key=key, payment_id=payment_id, amount_cents=amount_cents, reason=reason
             )
     except IntegrityError:
         raise DuplicateRefund(f"a refund with key {key} already exists") from None
+    time.sleep(latency)
+    return refund
 
 
 def _money(cents: int) -> str:

@@ -278,7 +278,7 @@ def pgbench_sql(env: dict[str, str], *, replay: bool) -> str:
     return f"\\set key {key}\n{done.stdout.strip()}\n"
 
 
-def machine_line() -> str:
+def machine_line(load_at_start: float) -> str:
     cpu = "unknown CPU"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -305,7 +305,8 @@ def machine_line() -> str:
         f"Python {platform.python_version()}, PostgreSQL {pg.split()[0]}, "
         f"{version('redis-server', '--version').split(' sha=')[0]}, "
         f"{version('wrk', '--version').split(' [')[0]}; "
-        f"load average {os.getloadavg()[0]:.2f} at the start"
+        f"load average {load_at_start:.2f} at the start and {os.getloadavg()[0]:.2f} at the end "
+        "(other work on the machine competes for its two cores)"
     )
 
 
@@ -316,6 +317,7 @@ def main() -> None:
     need("wrk", "apt-get install wrk")
     redis_server = need("redis-server", "apt-get install redis-server")
     need("pgbench", "apt-get install postgresql-client")
+    load_at_start = os.getloadavg()[0]
     workdir = Path(tempfile.mkdtemp(prefix="taskdesk-bench-"))
     web_port, redis_port = free_port(), free_port()
     results: list[Figures] = []
@@ -393,7 +395,7 @@ def main() -> None:
             pgbench(dsn, pgbench_sql(env, replay=True), "replay (pgbench, existing key)", workdir)
         )
 
-    machine = machine_line()
+    machine = machine_line(load_at_start)
     table = render(results, machine, workers)
     print()
     print(table)

@@ -19,6 +19,8 @@ import jsonschema
 import pydantic
 from django.conf import settings
 
+from tasks_app.tools.results import ToolResult
+
 TaskPolicy = Literal["forbidden", "optional", "required"]
 
 # Toolset name -> module path. Projects add their own with ``register_toolset``.
@@ -141,7 +143,8 @@ def _schema_from_signature(func: Callable[..., Any], name: str) -> dict[str, Any
 def _output_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
     hints = typing.get_type_hints(func, include_extras=True)
     ret = hints.get("return")
-    if ret is None or ret is str or ret is type(None):
+    # A ToolResult carries its own content; it promises no structured shape.
+    if ret is None or ret is str or ret is type(None) or ret is ToolResult:
         return None
     try:
         if isinstance(ret, type) and issubclass(ret, pydantic.BaseModel):

@@ -35,12 +35,19 @@ class InvalidTransition(Exception):
         self.to = to
 
 
+class LeaseLost(Exception):
+    """A leg tried to end a task whose lease another leg holds now (it was presumed dead)."""
+
+
 def is_allowed(old: str, new: str) -> bool:
     return new in ALLOWED.get(old, set())
 
 
-def _locked(task_id: str) -> Task:
-    return Task.objects.select_for_update().get(pk=task_id)
+def _locked(task_id: str, *, lease_owner: str | None = None) -> Task:
+    task = Task.objects.select_for_update().get(pk=task_id)
+    if lease_owner is not None and task.lease_owner != lease_owner:
+        raise LeaseLost(f"task {task_id} is leased by {task.lease_owner or 'nobody'}")
+    return task
 
 
 def _move(
@@ -125,9 +132,14 @@ def resume(*, task_id: str, actor_type: str, actor: str = "", reason: str = "ans
 
 
 @transaction.atomic
-def complete(*, task_id: str, result: dict[str, Any], actor: str = "") -> Task:
-    """Move a task to COMPLETED with RESULT (a CallToolResult; isError marks tool errors)."""
-    task = _locked(task_id)
+def complete(
+    *, task_id: str, result: dict[str, Any], actor: str = "", lease_owner: str | None = None
+) -> Task:
+    """Move a task to COMPLETED with RESULT (a CallToolResult; isError marks tool errors).
+
+    A leg passes its LEASE_OWNER: LeaseLost is raised if another leg holds the task now.
+    """
+    task = _locked(task_id, lease_owner=lease_owner)
     return _move(
         task,
         Status.COMPLETED,
@@ -141,10 +153,15 @@ def complete(*, task_id: str, result: dict[str, Any], actor: str = "") -> Task:
 
 @transaction.atomic
 def fail(
-    *, task_id: str, error: dict[str, Any], actor_type: str = Actor.WORKER, actor: str = ""
+    *,
+    task_id: str,
+    error: dict[str, Any],
+    actor_type: str = Actor.WORKER,
+    actor: str = "",
+    lease_owner: str | None = None,
 ) -> Task:
-    """Move a task to FAILED with a JSON-RPC error object."""
-    task = _locked(task_id)
+    """Move a task to FAILED with a JSON-RPC error object (LEASE_OWNER: as in ``complete``)."""
+    task = _locked(task_id, lease_owner=lease_owner)
     return _move(
         task,
         Status.FAILED,
@@ -193,9 +210,10 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
 
 
 @transaction.atomic
-def cancel(*, task_id: str, actor: str = "") -> Task:
-    """Move a task whose cancellation was requested to CANCELLED once its work has stopped."""
-    task = _locked(task_id)
+def cancel(*, task_id: str, actor: str = "", lease_owner: str | None = None) -> Task:
+    """Move a task whose cancellation was requested to CANCELLED once its work has stopped
+    (LEASE_OWNER: as in ``complete``)."""
+    task = _locked(task_id, lease_owner=lease_owner)
     return _move(
         task,
         Status.CANCELLED,

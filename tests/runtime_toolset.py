@@ -212,3 +212,12 @@ def suicide(ctx: ToolContext) -> str:
             if created:
                 os.kill(os.getpid(), signal.SIGKILL)
     return "survived"
+
+
+@tools.tool(task="required")
+def hands_over(ctx: ToolContext) -> str:
+    """Another leg takes the task over while this one runs (as after a false death)."""
+    from tasks_app.models import Task
+
+    Task.objects.filter(pk=ctx.task_id).update(lease_owner="newer:1:abc")
+    return "done"

@@ -30,13 +30,14 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime, timedelta
+from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, transaction
 
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
 from tasks_app import transitions
-from tasks_app.models import Actor, JournalEntry, JournalKind, Task, event
+from tasks_app.models import Actor, Client, JournalEntry, JournalKind, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.errors import (
     LeaseLost,
@@ -99,20 +100,21 @@ def _check_name(kind: str, name: object) -> str:
 class TaskContext(ToolContext):
     """The context of one leg of one task (see the module docstring)."""
 
-    def __init__(self, *, task: Task, spec: ToolSpec, owner: str) -> None:
+    def __init__(self, *, task: Task, spec: ToolSpec, owner: str, has_journal: bool = True) -> None:
         self.task = task
         self.spec = spec
         self.owner = owner
         self.task_id = task.pk
-        self.client_name = task.client.name
-        self.tenant = task.client.tenant.slug
         self.leg = task.leg
         self.lease: leases.Lease | None = None
         # Set by run_leg when the tool has a time limit (monotonic clock).
         self.deadline: float | None = None
         self.time_limit: float | None = None
-        self.journal: list[JournalEntry] = list(
-            JournalEntry.objects.filter(task_id=task.pk).order_by("seq")
+        # The claim says whether the task has a journal at all: most first legs have none.
+        self.journal: list[JournalEntry] = (
+            list(JournalEntry.objects.filter(task_id=task.pk).order_by("seq"))
+            if has_journal
+            else []
         )
         self.cursor = 0
         # While the replay has not yet passed the last recorded effect, a cancellation
@@ -127,6 +129,18 @@ class TaskContext(ToolContext):
         self._alarm_pending = False
         self._cancel_checked_at = float("-inf")
         self._progress_written_at = float("-inf")
+
+    @cached_property
+    def _client(self) -> Client:
+        return Client.objects.select_related("tenant").get(pk=self.task.client_id)
+
+    @property  # type: ignore[override]
+    def client_name(self) -> str:
+        return self._client.name
+
+    @property  # type: ignore[override]
+    def tenant(self) -> str:
+        return self._client.tenant.slug
 
     # --- runtime plumbing ----------------------------------------------------------------
 

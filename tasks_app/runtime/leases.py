@@ -16,15 +16,16 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import timedelta
+from functools import cache
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks_app import dispatch
-from tasks_app.models import Actor, Dispatch, Status, Task, event
+from tasks_app.models import Actor, Dispatch, JournalEntry, Status, Task, event
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -38,39 +39,91 @@ def _lease_length() -> timedelta:
     return timedelta(seconds=settings.TASKDESK_LEASE_SECONDS)
 
 
-def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Task | None:
+@dataclass(frozen=True)
+class Claim:
+    """What a leg needs of its task, read in the claiming statement itself."""
+
+    task: Task
+    has_journal: bool
+
+
+def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
     """Take the lease of TASK_ID for a new leg and record ``leg_started``.
 
-    Return the task (with its client and tenant), or None when this message must do nothing:
-    its dispatch record was already consumed (a second delivery), the task is not
-    ``working``, or another leg holds a live lease.
+    Return the claim, or None when this message must do nothing: its dispatch record was
+    already consumed (a second delivery), the task is not ``working``, or another leg holds
+    a live lease.
     """
     now = timezone.now()
-    with transaction.atomic():
+    ops = connection.ops
+    with transaction.atomic(), connection.cursor() as cursor:
         if dispatch_id is not None:
             # Consumed even when the claim below fails: a record whose message found the task
             # busy or finished has been answered, and must not look lost to the sweeper.
-            fresh = Dispatch.objects.filter(
-                pk=dispatch_id, task_id=task_id, consumed_at__isnull=True
-            ).update(consumed_at=now)
-            if not fresh:
-                return None
-        taken = (
-            Task.objects.filter(pk=task_id, status=Status.WORKING)
-            .filter(Q(lease_owner="") | Q(lease_expires_at__lt=now))
-            .update(
-                lease_owner=owner,
-                lease_expires_at=now + _lease_length(),
-                leg=F("leg") + 1,
-                updated_at=now,
+            cursor.execute(
+                _sql().consume, [ops.adapt_datetimefield_value(now), dispatch_id, task_id]
             )
+            if cursor.rowcount != 1:
+                return None
+        expires = now + _lease_length()
+        cursor.execute(
+            _sql().claim,
+            [
+                owner,
+                ops.adapt_datetimefield_value(expires),
+                ops.adapt_datetimefield_value(now),
+                task_id,
+                Status.WORKING.value,
+                ops.adapt_datetimefield_value(now),
+            ],
         )
-        if not taken:
+        row = cursor.fetchone()
+        if row is None:
             return None
-        task = Task.objects.select_related("client__tenant").get(pk=task_id)
-        event(task, "leg_started", actor_type=Actor.WORKER, actor=owner, leg=task.leg,
+        tool_name, arguments, leg, client_id, has_journal = row
+        task = Task(
+            pk=task_id,
+            client_id=client_id,
+            tool_name=tool_name,
+            arguments=_ARGUMENTS.from_db_value(arguments, None, connection),
+            status=Status.WORKING,
+            leg=leg,
+            lease_owner=owner,
+            lease_expires_at=expires,
+        )
+        event(task, "leg_started", actor_type=Actor.WORKER, actor=owner, leg=leg,
               dispatch=dispatch_id)  # fmt: skip
-    return task
+    return Claim(task=task, has_journal=bool(has_journal))
+
+
+_ARGUMENTS = Task._meta.get_field("arguments")
+
+
+@dataclass(frozen=True)
+class _Statements:
+    consume: str
+    claim: str
+
+
+@cache
+def _sql() -> _Statements:
+    # Every leg runs these two, so they are single statements rather than ORM round trips:
+    # the claim is one compare-and-set UPDATE that also returns what the leg needs (both
+    # PostgreSQL and SQLite >= 3.35 support RETURNING, with a subquery).
+    q = connection.ops.quote_name
+    task, journal = q(Task._meta.db_table), q(JournalEntry._meta.db_table)
+    consume = (
+        f"UPDATE {q(Dispatch._meta.db_table)} SET consumed_at = %s "
+        "WHERE id = %s AND task_id = %s AND consumed_at IS NULL"
+    )
+    claim = (
+        f"UPDATE {task} SET lease_owner = %s, lease_expires_at = %s, leg = leg + 1, "
+        "updated_at = %s WHERE id = %s AND status = %s "
+        "AND (lease_owner = '' OR lease_expires_at < %s) "
+        f"RETURNING tool_name, arguments, leg, client_id, "
+        f"EXISTS (SELECT 1 FROM {journal} j WHERE j.task_id = {task}.id)"
+    )
+    return _Statements(consume=consume, claim=claim)
 
 
 def release(task_id: str, owner: str) -> bool:

@@ -25,12 +25,12 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from typing import Any
 
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 
 from tasks_app import transitions
-from tasks_app.models import Task
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import compensate_all
@@ -63,10 +63,11 @@ class Outcome(enum.StrEnum):
 def run_leg(*, task_id: str, dispatch_id: int | None = None) -> Outcome:
     """Run one leg of task TASK_ID (dispatch record DISPATCH_ID) and return how it ended."""
     owner = leases.new_owner()
-    task = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
-    if task is None:
+    claim = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
+    if claim is None:
         log.info("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
         return Outcome.SKIPPED
+    task = claim.task
     started = time.monotonic()
     log.info(
         "leg started task=%s leg=%s tool=%s dispatch=%s owner=%s",
@@ -83,10 +84,10 @@ def run_leg(*, task_id: str, dispatch_id: int | None = None) -> Outcome:
             "message": f"Tool {task.tool_name} is not available on this worker "
             "(its toolset is not in TASKDESK_TOOLSETS)",
         }
-        outcome = _end(task.pk, owner, lambda: transitions.fail(task_id=task.pk, error=error))
-        outcome = outcome or Outcome.FAILED
+        fail = partial(transitions.fail, task_id=task.pk, error=error, lease_owner=owner)
+        outcome = _end(task.pk, fail) or Outcome.FAILED
     else:
-        ctx = TaskContext(task=task, spec=spec, owner=owner)
+        ctx = TaskContext(task=task, spec=spec, owner=owner, has_journal=claim.has_journal)
         with leases.held(task.pk, owner) as lease:
             ctx.lease = lease
             outcome = _run(ctx)
@@ -105,7 +106,7 @@ def _run(ctx: TaskContext) -> Outcome:
         ending = _call(ctx)
         if ending.compensate:
             compensate_all(ctx, reason=ending.outcome)
-        return _end(ctx.task_id, ctx.owner, ending.apply) or ending.outcome
+        return _end(ctx.task_id, ending.apply) or ending.outcome
     except Suspended:
         return Outcome.SUSPENDED
     except AwaitingReconciliation:
@@ -135,14 +136,16 @@ def _call(ctx: TaskContext) -> _Ending:
     def complete(result: dict[str, Any]) -> _Ending:
         return _Ending(
             Outcome.COMPLETED,
-            lambda: transitions.complete(task_id=task_id, result=result, actor=owner),
+            lambda: transitions.complete(
+                task_id=task_id, result=result, actor=owner, lease_owner=owner
+            ),
             compensate=bool(result.get("isError")),
         )
 
     def fail(error: dict[str, Any], *, compensate: bool = False) -> _Ending:
         return _Ending(
             Outcome.FAILED,
-            lambda: transitions.fail(task_id=task_id, error=error, actor=owner),
+            lambda: transitions.fail(task_id=task_id, error=error, actor=owner, lease_owner=owner),
             compensate=compensate,
         )
 
@@ -164,7 +167,7 @@ def _call(ctx: TaskContext) -> _Ending:
     except Cancelled:
         return _Ending(
             Outcome.CANCELLED,
-            lambda: transitions.cancel(task_id=task_id, actor=owner),
+            lambda: transitions.cancel(task_id=task_id, actor=owner, lease_owner=owner),
             compensate=True,
         )
     except ProtocolError as exc:
@@ -181,18 +184,14 @@ def _call(ctx: TaskContext) -> _Ending:
     return complete(results.for_tool(spec, value))
 
 
-def _end(task_id: str, owner: str, apply: Callable[[], Any]) -> Outcome | None:
-    """Run APPLY (a transition) if OWNER still holds the lease. Return LEASE_LOST if not."""
-    with transaction.atomic():
-        holder = (
-            Task.objects.select_for_update()
-            .filter(pk=task_id)
-            .values_list("lease_owner", flat=True)
-        )
-        if list(holder) != [owner]:
-            log.warning("leg result dropped task=%s: the lease is no longer %s", task_id, owner)
-            return Outcome.LEASE_LOST
+def _end(task_id: str, apply: Callable[[], Any]) -> Outcome | None:
+    """Run APPLY, a transition given this leg's lease owner. Return LEASE_LOST if another
+    leg holds the task now (this one was presumed dead): its result is dropped."""
+    try:
         apply()
+    except transitions.LeaseLost as exc:
+        log.warning("leg result dropped task=%s: %s", task_id, exc)
+        return Outcome.LEASE_LOST
     return None
 
 

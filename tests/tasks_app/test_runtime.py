@@ -328,3 +328,13 @@ def test_the_job_runs_a_leg(alice) -> None:
 
     task.refresh_from_db()
     assert task.status == Status.COMPLETED
+
+
+def test_a_leg_that_lost_its_lease_does_not_end_the_task(alice) -> None:
+    task = submit(alice, "hands_over")
+
+    assert leg(task) == Outcome.LEASE_LOST
+
+    assert task.status == Status.WORKING
+    assert task.lease_owner == "newer:1:abc"
+    assert events(task) == ["leg_started"]

@@ -156,8 +156,11 @@ def test_questions_asked_together_are_all_pending_at_once(alice, operator) -> No
     assert task.status == Status.INPUT_REQUIRED  # one of them is the client's
     assert [r.ask_key for r in pending(task)] == ["client_ok", "operator_ok"]
     answer(task, "client_ok", {"action": "accept", "content": {"ok": True}})
-    task.refresh_from_db()
-    assert task.status == Status.INPUT_REQUIRED  # one question is still open
+    # Only the operator's question is left: a leg replays up to it and waits as working.
+    assert leg(task) == Outcome.SUSPENDED
+    assert task.status == Status.WORKING
+    assert task.status_message == "Waiting for an operator in the inbox: Operator, ok?"
+    assert [r.ask_key for r in pending(task)] == ["operator_ok"]
     answer(task, "operator_ok", {"action": "decline"}, channel=Channel.INBOX, user=operator)
     assert leg(task) == Outcome.COMPLETED
     assert task.result["structuredContent"] == {"client_ok": "accept", "operator_ok": "decline"}

@@ -42,6 +42,7 @@ conformance: install
 bench: install
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python bench/acceptance.py
+	$(BIN)/python bench/runtime.py
 
 lint: install
 	$(BIN)/ruff check .

@@ -13,19 +13,22 @@ import logging
 import os
 import socket
 import threading
+import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from functools import cache
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
+from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from tasks_app import dispatch
-from tasks_app.models import Actor, Dispatch, JournalEntry, Status, Task, event
+from tasks_app.models import Actor, Dispatch, JournalEntry, Status, Task, TaskEvent, event
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -52,32 +55,16 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
 
     Return the claim, or None when this message must do nothing: its dispatch record was
     already consumed (a second delivery), the task is not ``working``, or another leg holds
-    a live lease.
+    a live lease. A dispatch record is consumed even when the claim fails: its message has
+    been answered, and must not look lost to the dispatch sweeper.
     """
     now = timezone.now()
-    ops = connection.ops
+    expires = now + _lease_length()
     with transaction.atomic(), connection.cursor() as cursor:
-        if dispatch_id is not None:
-            # Consumed even when the claim below fails: a record whose message found the task
-            # busy or finished has been answered, and must not look lost to the sweeper.
-            cursor.execute(
-                _sql().consume, [ops.adapt_datetimefield_value(now), dispatch_id, task_id]
-            )
-            if cursor.rowcount != 1:
-                return None
-        expires = now + _lease_length()
-        cursor.execute(
-            _sql().claim,
-            [
-                owner,
-                ops.adapt_datetimefield_value(expires),
-                ops.adapt_datetimefield_value(now),
-                task_id,
-                Status.WORKING.value,
-                ops.adapt_datetimefield_value(now),
-            ],
-        )
-        row = cursor.fetchone()
+        if connection.vendor == "postgresql":
+            row = _claim_postgresql(cursor, task_id, dispatch_id, owner, now, expires)
+        else:
+            row = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
         if row is None:
             return None
         tool_name, arguments, leg, client_id, has_journal = row
@@ -91,9 +78,56 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
             lease_owner=owner,
             lease_expires_at=expires,
         )
-        event(task, "leg_started", actor_type=Actor.WORKER, actor=owner, leg=leg,
-              dispatch=dispatch_id)  # fmt: skip
+        if connection.vendor != "postgresql":
+            event(task, "leg_started", actor_type=Actor.WORKER, actor=owner, leg=leg,
+                  dispatch=dispatch_id)  # fmt: skip
     return Claim(task=task, has_journal=bool(has_journal))
+
+
+def _claim_portable(
+    cursor: CursorWrapper,
+    task_id: str,
+    dispatch_id: int | None,
+    owner: str,
+    now: datetime,
+    expires: datetime,
+) -> tuple[Any, ...] | None:
+    at = connection.ops.adapt_datetimefield_value
+    if dispatch_id is not None:
+        cursor.execute(_sql().consume, [at(now), dispatch_id, task_id])
+        if cursor.rowcount != 1:
+            return None
+    cursor.execute(
+        _sql().claim, [owner, at(expires), at(now), task_id, Status.WORKING.value, at(now)]
+    )
+    row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
+def _claim_postgresql(
+    cursor: CursorWrapper,
+    task_id: str,
+    dispatch_id: int | None,
+    owner: str,
+    now: datetime,
+    expires: datetime,
+) -> tuple[Any, ...] | None:
+    # One round trip: consume the record, claim the task and write the leg_started event,
+    # as data-modifying CTEs of a single statement.
+    cursor.execute(
+        _sql().claim_postgresql,
+        {
+            "now": now,
+            "expires": expires,
+            "owner": owner,
+            "task": task_id,
+            "dispatch": dispatch_id,
+            "working": Status.WORKING.value,
+            "worker": Actor.WORKER.value,
+        },
+    )
+    row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
 
 
 _ARGUMENTS = Task._meta.get_field("arguments")
@@ -103,27 +137,53 @@ _ARGUMENTS = Task._meta.get_field("arguments")
 class _Statements:
     consume: str
     claim: str
+    claim_postgresql: str
 
 
 @cache
 def _sql() -> _Statements:
-    # Every leg runs these two, so they are single statements rather than ORM round trips:
-    # the claim is one compare-and-set UPDATE that also returns what the leg needs (both
-    # PostgreSQL and SQLite >= 3.35 support RETURNING, with a subquery).
+    # Every leg runs these, so they are single statements rather than ORM round trips: the
+    # claim is one compare-and-set UPDATE that also returns what the leg needs (PostgreSQL
+    # and SQLite >= 3.35 both support RETURNING, with a subquery).
     q = connection.ops.quote_name
     task, journal = q(Task._meta.db_table), q(JournalEntry._meta.db_table)
+    dispatch_table, events = q(Dispatch._meta.db_table), q(TaskEvent._meta.db_table)
+    claimable = "status = {working} AND (lease_owner = '' OR lease_expires_at < {now})"
+    returning = (
+        "tool_name, arguments, leg, client_id, "
+        f"EXISTS (SELECT 1 FROM {journal} j WHERE j.task_id = {task}.id)"
+    )
     consume = (
-        f"UPDATE {q(Dispatch._meta.db_table)} SET consumed_at = %s "
+        f"UPDATE {dispatch_table} SET consumed_at = %s "
         "WHERE id = %s AND task_id = %s AND consumed_at IS NULL"
     )
     claim = (
         f"UPDATE {task} SET lease_owner = %s, lease_expires_at = %s, leg = leg + 1, "
-        "updated_at = %s WHERE id = %s AND status = %s "
-        "AND (lease_owner = '' OR lease_expires_at < %s) "
-        f"RETURNING tool_name, arguments, leg, client_id, "
-        f"EXISTS (SELECT 1 FROM {journal} j WHERE j.task_id = {task}.id)"
+        f"updated_at = %s WHERE id = %s AND {claimable.format(working='%s', now='%s')} "
+        f"RETURNING {returning}"
     )
-    return _Statements(consume=consume, claim=claim)
+    claim_postgresql = f"""
+        WITH consumed AS (
+            UPDATE {dispatch_table} SET consumed_at = %(now)s
+            WHERE id = %(dispatch)s AND task_id = %(task)s AND consumed_at IS NULL
+            RETURNING id
+        ), claimed AS (
+            UPDATE {task} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s,
+                leg = leg + 1, updated_at = %(now)s
+            WHERE id = %(task)s
+              AND {claimable.format(working="%(working)s", now="%(now)s")}
+              AND (%(dispatch)s::bigint IS NULL OR EXISTS (SELECT 1 FROM consumed))
+            RETURNING id, {returning} AS has_journal
+        ), started AS (
+            INSERT INTO {events}
+                (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
+            SELECT id, 'leg_started', %(worker)s, %(owner)s, '', '',
+                jsonb_build_object('leg', leg, 'dispatch', %(dispatch)s::bigint), %(now)s
+            FROM claimed
+        )
+        SELECT tool_name, arguments, leg, client_id, has_journal FROM claimed
+    """
+    return _Statements(consume=consume, claim=claim, claim_postgresql=claim_postgresql)
 
 
 def release(task_id: str, owner: str) -> bool:
@@ -151,38 +211,82 @@ class Lease:
         self.task_id = task_id
         self.owner = owner
         self.lost = threading.Event()
-        self._stop = threading.Event()
+        self.due = time.monotonic() + _renew_interval()
 
-    def _beat(self) -> None:
-        # A third of the lease between renewals: two renewals may fail (a slow database)
-        # before the lease runs out.
-        interval = max(settings.TASKDESK_LEASE_SECONDS / 3, 0.2)
+
+def _renew_interval() -> float:
+    # A third of the lease between renewals: two renewals may fail (a slow database) before
+    # the lease runs out.
+    return max(settings.TASKDESK_LEASE_SECONDS / 3, 0.2)
+
+
+class _Renewer:
+    """One thread per process renews the leases of the legs running in it. (A thread per
+    leg cost more than a no-op leg's own work.) Its database connection is closed whenever
+    no leg is running."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._leases: dict[int, Lease] = {}
+        self._thread: threading.Thread | None = None
+
+    def add(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases[id(lease)] = lease
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="lease-renewer", daemon=True)
+                self._thread.start()
+
+    def remove(self, lease: Lease) -> None:
+        with self._lock:
+            self._leases.pop(id(lease), None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(min(_renew_interval() / 4, 0.5))
+            with self._lock:
+                due = [lease for lease in self._leases.values() if lease.due <= time.monotonic()]
+            for lease in due:
+                self._renew(lease)
+            with self._lock:
+                idle = not self._leases
+            if idle:
+                connection.close()  # this thread's own connection
+
+    def _renew(self, lease: Lease) -> None:
         try:
-            while not self._stop.wait(interval):
-                try:
-                    renewed = renew(self.task_id, self.owner)
-                except DatabaseError as exc:
-                    log.warning("lease renewal failed task=%s error=%s", self.task_id, exc)
-                    continue
-                if not renewed:
-                    log.warning("lease lost task=%s owner=%s", self.task_id, self.owner)
-                    self.lost.set()
-                    return
-        finally:
-            connection.close()  # this thread's own connection
+            renewed = renew(lease.task_id, lease.owner)
+        except DatabaseError as exc:
+            log.warning("lease renewal failed task=%s error=%s", lease.task_id, exc)
+            connection.close()
+            return
+        lease.due = time.monotonic() + _renew_interval()
+        if not renewed:
+            log.warning("lease lost task=%s owner=%s", lease.task_id, lease.owner)
+            lease.lost.set()
+            self.remove(lease)
+
+
+_renewer = _Renewer()
+
+
+def _after_fork_in_child() -> None:
+    global _renewer
+    _renewer = _Renewer()  # the parent's thread and lock state do not survive a fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextmanager
 def held(task_id: str, owner: str) -> Iterator[Lease]:
-    """Renew the lease from a background thread for as long as the block runs."""
+    """Keep renewing the lease for as long as the block runs."""
     lease = Lease(task_id, owner)
-    thread = threading.Thread(target=lease._beat, name=f"lease-{task_id[:12]}", daemon=True)
-    thread.start()
+    _renewer.add(lease)
     try:
         yield lease
     finally:
-        lease._stop.set()
-        thread.join(timeout=5)
+        _renewer.remove(lease)
 
 
 # --- the sweeper ------------------------------------------------------------------------

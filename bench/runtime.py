@@ -1,0 +1,431 @@
+"""End-to-end benchmark of the task runtime (``make bench``).
+
+Creates its own PostgreSQL database, starts its own Redis, the production web server
+(gunicorn with config/gunicorn.conf.py) and one Celery worker with 2 prefork processes, then
+submits 2,000 calls of a no-op task tool through ``POST /mcp`` (``tools/call`` with the tasks
+extension and a fresh idempotency key, 16 at a time) as fast as it can, and waits until every
+task has completed. From the database it reports:
+
+- tasks/s from the first submission to the last completion;
+- p50/p99 of submission-to-start (task accepted → its leg started in the worker) and of
+  submission-to-completion (task accepted → task completed).
+
+"Submission" is the moment the server accepted the call (``Task.created_at``), "start" the
+``leg_started`` event, "completion" ``Task.finished_at``; all on this machine's clock.
+Prints the figures and writes them, with the machine line, into docs/benchmarks.md.
+
+Environment: BENCH_POSTGRES (default postgres://postgres@127.0.0.1:5432), BENCH_TASKS
+(default 2000), BENCH_CONNECTIONS (default 16), BENCH_NO_DOCS=1 to leave the docs alone,
+BENCH_KEEP=1 to keep the processes' logs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import platform
+import re
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+
+ROOT = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+DOCS = ROOT / "docs" / "benchmarks.md"
+START, END = "<!-- runtime-bench:start -->", "<!-- runtime-bench:end -->"
+
+POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432").rstrip("/")
+TASKS = int(os.environ.get("BENCH_TASKS", "2000"))
+CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
+WARMUP = 50
+TARGET_RATE, TARGET_START_P50_MS = 300, 50
+EXTENSION = "io.modelcontextprotocol/tasks"
+
+
+def say(message: str) -> None:
+    print(f"bench: {message}", flush=True)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+# --- the pieces it starts ---------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def database() -> Iterator[str]:
+    name = f"taskdesk_bench_runtime_{secrets.token_hex(4)}"
+    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    try:
+        yield f"{POSTGRES}/{name}"
+    finally:
+        with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@contextlib.contextmanager
+def process(
+    args: list[str], *, env: dict[str, str], log: Path
+) -> Iterator[subprocess.Popen[bytes]]:
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(20)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+
+
+def wait_until(what: str, check: Any, procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for proc in procs:
+            if proc.poll() is not None:
+                sys.exit(f"bench: {proc.args[0]} exited while waiting for {what}")
+        with contextlib.suppress(Exception):
+            if check():
+                return
+        time.sleep(0.1)
+    sys.exit(f"bench: timed out waiting for {what}")
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run(
+        [str(BIN / "python"), "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    if done.returncode != 0:
+        sys.exit(f"bench: manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
+    return done.stdout
+
+
+# --- submitting ---------------------------------------------------------------------------
+
+
+def call_body(n: int) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": n,
+        "method": "tools/call",
+        "params": {
+            "name": "noop",
+            "arguments": {},
+            "_meta": {
+                "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "1"},
+                "io.modelcontextprotocol/clientCapabilities": {"extensions": {EXTENSION: {}}},
+            },
+        },
+    }
+
+
+async def submit_all(port: int, token: str, count: int, run: str) -> tuple[list[str], list[str]]:
+    """POST COUNT task calls, CONNECTIONS at a time over keep-alive connections. Return
+    (task ids, errors).
+
+    A minimal HTTP/1.1 client on asyncio streams: an HTTP library would spend more CPU per
+    request than the server's acceptance does, on the same two cores.
+    """
+    ids: list[str] = []
+    errors: list[str] = []
+    numbers = iter(range(count))
+    head = (
+        "POST /mcp HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Accept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2026-07-28\r\n"
+        f"Mcp-Method: tools/call\r\nMcp-Name: noop\r\nAuthorization: Bearer {token}\r\n"
+    )
+
+    async def one_connection() -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        try:
+            for n in numbers:
+                body = json.dumps(call_body(n)).encode()
+                writer.write(
+                    f"{head}Idempotency-Key: {run}-{n}\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+                    + body
+                )
+                status, answer = await read_response(reader)
+                found = TASK_ID.search(answer) if status == 200 else None
+                if found and b'"resultType":"task"' in answer.replace(b" ", b""):
+                    ids.append(found.group(1).decode())
+                else:
+                    errors.append(f"{status} {answer[:200]!r}")
+        finally:
+            writer.close()
+
+    await asyncio.gather(*(one_connection() for _ in range(CONNECTIONS)))
+    return ids, errors
+
+
+TASK_ID = re.compile(rb'"taskId"\s*:\s*"([^"]+)"')
+
+
+async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
+    head = await reader.readuntil(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split()[1])
+    fields = {
+        k.strip().lower(): v.strip() for k, _, v in (x.partition(":") for x in lines[1:] if x)
+    }
+    if "content-length" not in fields:
+        raise RuntimeError(f"response without Content-Length: {head!r}")
+    return status, await reader.readexactly(int(fields["content-length"]))
+
+
+# --- measuring ------------------------------------------------------------------------------
+
+
+def proc_cpu(pid: int) -> float:
+    """CPU seconds (user + system) process PID has used, 0 if it is gone."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def tree(pid: int) -> list[int]:
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [pid] + [int(p) for p in out.stdout.split()]
+
+
+class CpuMeter:
+    """CPU time used by each group of processes during the measured run (the worker and web
+    groups include their children; pool processes Celery replaced are not counted)."""
+
+    def __init__(self, groups: dict[str, int], dsn: str) -> None:
+        self.groups, self.dsn = groups, dsn
+
+    def snapshot(self) -> dict[str, float]:
+        out = {name: sum(proc_cpu(p) for p in tree(pid)) for name, pid in self.groups.items()}
+        with psycopg.connect(self.dsn) as conn:
+            pids = [r[0] for r in conn.execute(
+                "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )]  # fmt: skip
+        out["postgres"] = sum(proc_cpu(p) for p in pids)
+        return out
+
+
+@dataclass
+class Figures:
+    tasks: int
+    seconds: float
+    rate: float
+    start_p50: float
+    start_p99: float
+    done_p50: float
+    done_p99: float
+    submit_seconds: float
+    not_completed: int
+    cpu_ms: dict[str, float]
+
+
+def percentile(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
+
+
+def measure(dsn: str, ids: list[str], submit_seconds: float, cpu: dict[str, float]) -> Figures:
+    with psycopg.connect(dsn) as conn:
+        rows = conn.execute(
+            """
+            SELECT t.created_at, t.finished_at, t.status,
+                   (SELECT min(e.created_at) FROM tasks_app_taskevent e
+                     WHERE e.task_id = t.id AND e.kind = 'leg_started')
+            FROM tasks_app_task t WHERE t.id = ANY(%s)
+            """,
+            [ids],
+        ).fetchall()
+    created = [r[0] for r in rows]
+    finished = [r[1] for r in rows if r[1] is not None]
+    started = [(r[3] - r[0]).total_seconds() * 1000 for r in rows if r[3] is not None]
+    done = [(r[1] - r[0]).total_seconds() * 1000 for r in rows if r[1] is not None]
+    span = (max(finished) - min(created)).total_seconds()
+    return Figures(
+        tasks=len(rows),
+        seconds=span,
+        rate=len(finished) / span,
+        start_p50=percentile(started, 50),
+        start_p99=percentile(started, 99),
+        done_p50=percentile(done, 50),
+        done_p99=percentile(done, 99),
+        submit_seconds=submit_seconds,
+        not_completed=sum(1 for r in rows if r[2] != "completed"),
+        cpu_ms={name: seconds * 1000 / len(rows) for name, seconds in cpu.items()},
+    )
+
+
+def all_finished(dsn: str, ids: list[str]) -> bool:
+    with psycopg.connect(dsn) as conn:
+        row = conn.execute(
+            "SELECT count(*) FROM tasks_app_task WHERE id = ANY(%s) AND finished_at IS NULL",
+            [ids],
+        ).fetchone()
+    return bool(row) and row[0] == 0
+
+
+def machine_line() -> str:
+    cpu = "unknown CPU"
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    with psycopg.connect(f"{POSTGRES}/postgres") as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    pg = row[0].split()[0] if row else "?"
+    redis = subprocess.run(["redis-server", "--version"], capture_output=True, text=True).stdout
+    return (
+        f"{os.cpu_count()} cores ({cpu}), Linux {platform.release()}, "
+        f"Python {platform.python_version()}, PostgreSQL {pg}, "
+        f"{redis.split(' sha=')[0].strip()}; load average {os.getloadavg()[0]:.2f} at the start"
+    )
+
+
+def render(f: Figures, machine: str) -> str:
+    rate_ok = "met" if f.rate >= TARGET_RATE else "**not met**"
+    start_ok = "met" if f.start_p50 < TARGET_START_P50_MS else "**not met**"
+    return "\n".join(
+        [
+            f"_Run of {datetime.now(UTC):%Y-%m-%d} (`make bench`, bench/runtime.py):_",
+            "",
+            f"Machine: {machine}.",
+            f"Setup: {f.tasks} calls of a no-op task tool through `POST /mcp` (tools/call with "
+            f"the tasks extension, a fresh idempotency key each, {CONNECTIONS} at a time; all "
+            f"submitted in {f.submit_seconds:.1f} s); gunicorn with config/gunicorn.conf.py; one "
+            "Celery worker, 2 prefork processes, log level INFO; PostgreSQL and Redis on the same "
+            "machine, as is the load generator.",
+            "",
+            "| measurement | value | target |",
+            "| --- | ---: | --- |",
+            f"| tasks/s, first submission to last completion | {f.rate:.0f} "
+            f"({f.tasks} in {f.seconds:.2f} s) | >= {TARGET_RATE} ({rate_ok}) |",
+            f"| submission to start, p50 / p99 | {f.start_p50:.0f} / {f.start_p99:.0f} ms "
+            f"| p50 < {TARGET_START_P50_MS} ms ({start_ok}) |",
+            f"| submission to completion, p50 / p99 | {f.done_p50:.0f} / {f.done_p99:.0f} ms | |",
+            f"| tasks not completed | {f.not_completed} | 0 |",
+            "| CPU per task: "
+            + ", ".join(f"{k} {v:.1f} ms" for k, v in f.cpu_ms.items())
+            + f" (2 cores = {2000 / max(sum(f.cpu_ms.values()), 0.001):.0f} tasks/s at most) | | |",
+        ]
+    )
+
+
+def write_docs(table: str) -> None:
+    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
+    block = f"{START}\n{table}\n{END}"
+    if START in text and END in text:
+        head, rest = text.split(START, 1)
+        text = head + block + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip() + "\n\n## Task runtime, end to end\n\n" + block + "\n"
+    DOCS.write_text(text)
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+def main() -> None:
+    redis_server = shutil.which("redis-server") or sys.exit("bench: needs redis-server")
+    workdir = Path(tempfile.mkdtemp(prefix="taskdesk-bench-runtime-"))
+    web_port, redis_port = free_port(), free_port()
+    machine = machine_line()
+    with database() as dsn:
+        env = {
+            **os.environ,
+            "DATABASE_URL": dsn,
+            "CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+            "SECRET_KEY": secrets.token_urlsafe(50),
+            "TASKDESK_VAR_DIR": str(workdir),
+            "HOST": "127.0.0.1",
+            "TASKDESK_PORT": str(web_port),
+            "PORT": str(web_port),
+            "TASKDESK_TOOLSETS": "demo,bench.noop_tools",
+            "LOG_LEVEL": os.environ.get("BENCH_LOG_LEVEL", "INFO"),
+            "PYTHONUNBUFFERED": "1",
+        }
+        env.pop("WEB_WORKERS", None)  # the production worker count for this machine
+        redis_args = [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1"]
+        redis_args += ["--save", "", "--appendonly", "no"]
+        with process(redis_args, env=env, log=workdir / "redis.log") as redis:
+            say(f"migrating {dsn.rsplit('/', 1)[1]}")
+            manage(env, "migrate", "--noinput", "-v0")
+            out = manage(env, "create_client_token", "--client", "bench", "--tenant", "bench")
+            token = out.strip().splitlines()[-1]
+            web_args = [str(BIN / "gunicorn"), "config.wsgi", "-c", "config/gunicorn.conf.py"]
+            worker_args = [str(BIN / "celery"), "-A", "config", "worker", "--pool", "prefork"]
+            worker_args += ["--concurrency", "2", "--loglevel", "INFO", "-n", "bench@%h"]
+            worker_args += ["--without-mingle", "--without-gossip"]
+            with (
+                process(web_args, env=env, log=workdir / "web.log") as web,
+                process(worker_args, env=env, log=workdir / "worker.log") as worker,
+            ):
+                health = f"http://127.0.0.1:{web_port}/healthz"
+                procs = [web, worker]
+                log = workdir / "worker.log"
+                wait_until(
+                    "the web server", lambda: httpx.get(health).status_code == 200, procs, 60
+                )
+                wait_until("the worker", lambda: "ready" in log.read_text(), procs, 60)
+                say(f"warming up with {WARMUP} tasks")
+                warm, errors = asyncio.run(submit_all(web_port, token, WARMUP, "warm"))
+                if errors:
+                    sys.exit(f"bench: warm-up calls failed: {errors[:3]}")
+                wait_until("the warm-up tasks", lambda: all_finished(dsn, warm), procs, 120)
+                meter = CpuMeter({"worker": worker.pid, "web": web.pid, "redis": redis.pid}, dsn)
+                say(f"submitting {TASKS} tasks, {CONNECTIONS} at a time")
+                before, client_before = meter.snapshot(), time.process_time()
+                began = time.monotonic()
+                ids, errors = asyncio.run(submit_all(web_port, token, TASKS, "run"))
+                submit_seconds = time.monotonic() - began
+                if errors:
+                    sys.exit(f"bench: {len(errors)} calls failed, e.g. {errors[:3]}")
+                wait_until("every task to finish", lambda: all_finished(dsn, ids), procs, 600)
+                after = meter.snapshot()
+                cpu = {name: after[name] - before[name] for name in after}
+                cpu["load generator"] = time.process_time() - client_before
+        figures = measure(dsn, ids, submit_seconds, cpu)
+    table = render(figures, machine)
+    print(table, flush=True)
+    if os.environ.get("BENCH_NO_DOCS") != "1":
+        write_docs(table)
+        say(f"written to {DOCS.relative_to(ROOT)}")
+    if os.environ.get("BENCH_KEEP") == "1":
+        say(f"logs kept in {workdir}")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

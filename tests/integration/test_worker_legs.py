@@ -107,3 +107,16 @@ def test_a_question_frees_the_worker_and_an_answer_resumes_the_task(stack, alice
 
     assert task.result["structuredContent"] == {"confirmed": True}
     assert task.leg == 2
+
+
+def test_a_leg_past_its_time_limit_is_stopped_in_the_worker(stack, alice) -> None:
+    task = submit(alice, "busy", checkpoints=False)  # blocks in time.sleep(5), limit 0.5 s
+
+    terminal(task, timeout=30)
+
+    assert task.status == Status.FAILED
+    assert task.error["message"] == (
+        "Tool busy ran longer than its time limit of 0.5 s (leg 1) and was stopped"
+    )
+    started = task.events.get(kind="leg_started").created_at
+    assert (task.finished_at - started).total_seconds() < 2

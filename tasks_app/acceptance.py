@@ -138,7 +138,11 @@ def resolve_key(
         found.append(("header", header_key.strip(" \t")))
     if meta_key is not None:
         found.append(("meta", meta_key))
-    if tool.key_argument and arguments.get(tool.key_argument) is not None:
+    if (
+        tool.key_argument
+        and isinstance(arguments, dict)
+        and arguments.get(tool.key_argument) is not None
+    ):
         found.append(("argument", arguments[tool.key_argument]))
     for carrier, value in found:
         if not isinstance(value, str) or not _KEY_RE.fullmatch(value):

@@ -390,6 +390,13 @@ def test_nan_and_infinities_are_rejected_before_fingerprinting(alice, arguments)
     assert Task.objects.count() == 0
 
 
+def test_arguments_that_are_not_an_object_are_refused_for_a_tool_with_a_key_argument(
+    alice,
+) -> None:
+    with pytest.raises(InvalidToolArguments, match=r"^arguments must be a JSON object$"):
+        accept(alice, REFUND, ["p-1", 500], header_key="k")
+
+
 def test_integers_beyond_the_json_safe_range_are_rejected(alice) -> None:
     with pytest.raises(InvalidToolArguments, match="exceeds safe integer domain"):
         accept(alice, arguments={"quarter": "Q1", "rows": 2**60}, header_key="k")

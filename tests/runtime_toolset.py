@@ -115,6 +115,16 @@ def charge(ctx: ToolContext, verify: str = "none", fail: bool = False) -> dict[s
         RUNS[f"verify:{key}"] += 1
         if verify == "raise":
             raise ConnectionError("provider unreachable")
+        if verify == "operator_confirms_meanwhile":
+            from django.contrib.auth import get_user_model
+
+            from tasks_app import runtime
+            from tasks_app.models import Effect
+
+            olga = get_user_model().objects.get(username="olga")
+            effect = Effect.objects.get(downstream_key=key)
+            runtime.reconcile_effect(effect_id=effect.pk, happened=True, user=olga)
+            return False  # the provider's answer lags behind the operator's
         return verify == "yes"
 
     with ctx.effect("charge", target="card-1", verify=None if verify == "none" else check) as fx:

@@ -181,13 +181,16 @@ class EffectScope(EffectHandle):
         assert self.row is not None
         detail = {k: v for k, v in self.row.detail.items() if k != "reconciled"}
         detail["attempts"] = int(detail.get("attempts", 1)) + 1
-        self._settle(
+        retried = self._settle(
             EffectState.INTENDED,
             "effect_retried",
             only_from=(EffectState.UNKNOWN,),
             replace_detail=detail,
             reason=why,
         )
+        if not retried:
+            # Settled meanwhile (an operator confirmed it): decide again from what it is now.
+            self._resume()
 
     def _await_operator(self, why: str) -> NoReturn:
         ctx = self.ctx
@@ -265,8 +268,9 @@ class EffectScope(EffectHandle):
         detail: dict[str, Any] | None = None,
         replace_detail: dict[str, Any] | None = None,
         **event_detail: Any,
-    ) -> None:
-        """Move the effect to STATE (compare-and-set from ONLY_FROM) and record KIND.
+    ) -> bool:
+        """Move the effect to STATE (compare-and-set from ONLY_FROM) and record KIND. Return
+        False (and reload the row) if it was in another state.
 
         Outcomes are written whether or not this leg still holds the lease: they are facts
         about the outside world, and the ledger must hold them either way.
@@ -291,6 +295,7 @@ class EffectScope(EffectHandle):
             row.state, row.detail = state, new_detail
         else:
             row.refresh_from_db()
+        return bool(changed)
 
     def _event(self, task: Task, kind: str, **detail: Any) -> None:
         assert self.row is not None

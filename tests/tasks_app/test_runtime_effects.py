@@ -185,6 +185,20 @@ def test_verify_saying_it_did_not_happen_runs_the_body_again_with_the_same_key(a
     ]
 
 
+def test_an_operator_who_confirms_while_verify_runs_is_not_overruled_into_a_rerun(
+    alice, operator
+) -> None:
+    task = submit(alice, "charge", verify="operator_confirms_meanwhile")
+    crashed_leg(task)
+
+    assert leg(task) == Outcome.COMPLETED
+
+    effect = Effect.objects.get(task=task)
+    assert effect.state == "confirmed"
+    assert effect.detail["reconciled"]["by"] == "olga"
+    assert RUNS["charge"] == 1
+
+
 def test_a_verify_hook_that_raises_leaves_the_decision_to_an_operator(alice) -> None:
     task = submit(alice, "charge", verify="raise")
     crashed_leg(task)

@@ -8,8 +8,8 @@ consumed (a broker that lost it). Duplicated messages are harmless: the leg that
 record marks it, and a leg takes a lease.
 
 After commit, records go to a small per-process publisher thread instead of being sent on the
-request path: a receipt never waits for the broker, however slow or down it is, and records
-that arrive together share one broker round trip and one UPDATE.
+request path: a receipt never waits for the broker, however slow or down it is. Records that
+arrive together share one broker round trip, and are marked published in one UPDATE.
 """
 
 from __future__ import annotations

@@ -43,11 +43,8 @@ def is_allowed(old: str, new: str) -> bool:
     return new in ALLOWED.get(old, set())
 
 
-def _locked(task_id: str, *, lease_owner: str | None = None) -> Task:
-    task = Task.objects.select_for_update().get(pk=task_id)
-    if lease_owner is not None and task.lease_owner != lease_owner:
-        raise LeaseLost(f"task {task_id} is leased by {task.lease_owner or 'nobody'}")
-    return task
+def _locked(task_id: str) -> Task:
+    return Task.objects.select_for_update().get(pk=task_id)
 
 
 def _move(
@@ -76,6 +73,35 @@ def _move(
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
     if to in TERMINAL_STATUSES:
         _close_pending_requests(task, reason=to)
+    return task
+
+
+def _end_leased(
+    task_id: str,
+    to: str,
+    *,
+    lease_owner: str,
+    kind: str,
+    actor: str,
+    fields: dict[str, Any],
+    **detail: Any,
+) -> Task:
+    """``_move`` to a terminal status for the leg that holds the task's lease: a leased task is
+    working, so one compare-and-set UPDATE on (working, lease owner) replaces the locking read
+    on this hot path. Raise LeaseLost if another leg holds the task now. Return a partial
+    instance (the fields written)."""
+    assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
+    now = timezone.now()
+    leased = Task.objects.filter(pk=task_id, status=Status.WORKING, lease_owner=lease_owner)
+    changed = leased.update(
+        status=to, updated_at=now, finished_at=now, lease_owner="", lease_expires_at=None, **fields
+    )
+    if not changed:
+        raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
+    task = Task(pk=task_id, status=to, finished_at=now, **fields)
+    event(task, kind, actor_type=Actor.WORKER, actor=actor, old_status=Status.WORKING,
+          new_status=to, **detail)  # fmt: skip
+    _close_pending_requests(task, reason=to)
     return task
 
 
@@ -139,15 +165,20 @@ def complete(
 
     A leg passes its LEASE_OWNER: LeaseLost is raised if another leg holds the task now.
     """
-    task = _locked(task_id, lease_owner=lease_owner)
+    fields = {"result": result, "status_message": ""}
+    is_error = bool(result.get("isError"))
+    if lease_owner is not None:
+        return _end_leased(task_id, Status.COMPLETED, lease_owner=lease_owner, kind="completed",
+                           actor=actor, fields=fields, is_error=is_error)  # fmt: skip
+    task = _locked(task_id)
     return _move(
         task,
         Status.COMPLETED,
         kind="completed",
         actor_type=Actor.WORKER,
         actor=actor,
-        fields={"result": result, "status_message": ""},
-        is_error=bool(result.get("isError")),
+        fields=fields,
+        is_error=is_error,
     )
 
 
@@ -161,14 +192,18 @@ def fail(
     lease_owner: str | None = None,
 ) -> Task:
     """Move a task to FAILED with a JSON-RPC error object (LEASE_OWNER: as in ``complete``)."""
-    task = _locked(task_id, lease_owner=lease_owner)
+    fields = {"error": error, "status_message": str(error.get("message", ""))[:2000]}
+    if lease_owner is not None:
+        return _end_leased(task_id, Status.FAILED, lease_owner=lease_owner, kind="failed",
+                           actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
+    task = _locked(task_id)
     return _move(
         task,
         Status.FAILED,
         kind="failed",
         actor_type=actor_type,
         actor=actor,
-        fields={"error": error, "status_message": str(error.get("message", ""))[:2000]},
+        fields=fields,
         code=error.get("code"),
     )
 
@@ -213,7 +248,10 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
 def cancel(*, task_id: str, actor: str = "", lease_owner: str | None = None) -> Task:
     """Move a task whose cancellation was requested to CANCELLED once its work has stopped
     (LEASE_OWNER: as in ``complete``)."""
-    task = _locked(task_id, lease_owner=lease_owner)
+    if lease_owner is not None:
+        return _end_leased(task_id, Status.CANCELLED, lease_owner=lease_owner, kind="cancelled",
+                           actor=actor, fields={}, work_stopped=True)  # fmt: skip
+    task = _locked(task_id)
     return _move(
         task,
         Status.CANCELLED,

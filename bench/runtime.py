@@ -253,6 +253,8 @@ class Figures:
     submit_seconds: float
     not_completed: int
     cpu_ms: dict[str, float]
+    alone_rate: float
+    alone_tasks: int
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -275,6 +277,10 @@ def measure(dsn: str, ids: list[str], submit_seconds: float, cpu: dict[str, floa
     started = [(r[3] - r[0]).total_seconds() * 1000 for r in rows if r[3] is not None]
     done = [(r[1] - r[0]).total_seconds() * 1000 for r in rows if r[1] is not None]
     span = (max(finished) - min(created)).total_seconds()
+    # The worker's own pace: tasks finished after the last submission, when it ran alone.
+    last_created = max(created)
+    tail = [r[1] for r in rows if r[1] is not None and r[1] > last_created]
+    tail_seconds = (max(finished) - last_created).total_seconds()
     return Figures(
         tasks=len(rows),
         seconds=span,
@@ -286,6 +292,8 @@ def measure(dsn: str, ids: list[str], submit_seconds: float, cpu: dict[str, floa
         submit_seconds=submit_seconds,
         not_completed=sum(1 for r in rows if r[2] != "completed"),
         cpu_ms={name: seconds * 1000 / len(rows) for name, seconds in cpu.items()},
+        alone_rate=len(tail) / tail_seconds if tail_seconds > 0 else 0.0,
+        alone_tasks=len(tail),
     )
 
 
@@ -338,6 +346,8 @@ def render(f: Figures, machine: str) -> str:
             f"| submission to start, p50 / p99 | {f.start_p50:.0f} / {f.start_p99:.0f} ms "
             f"| p50 < {TARGET_START_P50_MS} ms ({start_ok}) |",
             f"| submission to completion, p50 / p99 | {f.done_p50:.0f} / {f.done_p99:.0f} ms | |",
+            f"| tasks/s of the worker alone (after the last submission) | {f.alone_rate:.0f} "
+            f"({f.alone_tasks} tasks) | |",
             f"| tasks not completed | {f.not_completed} | 0 |",
             "",
             "CPU per task: "

@@ -326,6 +326,9 @@ CELERY_BEAT_SCHEDULE = {
 
 TASKDESK_TOOLSETS = env_list("TASKDESK_TOOLSETS", ["demo"])
 TASKDESK_ANONYMOUS_CLIENT = env_str("TASKDESK_ANONYMOUS_CLIENT") or None
+# How long a web process trusts a token it has looked up (a revocation reaches other
+# processes within this time); 0 looks every request up.
+TASKDESK_TOKEN_CACHE_SECONDS = env_float("TASKDESK_TOKEN_CACHE_SECONDS", 5.0, minimum=0)
 TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, minimum=1)
 TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)

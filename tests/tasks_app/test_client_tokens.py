@@ -69,3 +69,35 @@ def test_unknown_tokens_authenticate_nobody(db, token: str) -> None:  # type: ig
     create_token("ci-bot", "acme")
 
     assert tokens.client_for_token(token) is None
+
+
+def test_a_process_trusts_a_looked_up_token_for_a_few_seconds(
+    db, django_assert_num_queries, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOKEN_CACHE_SECONDS = 60
+    token = create_token("ci-bot", "acme")
+    client = tokens.client_for_token(token)
+
+    with django_assert_num_queries(0):
+        assert tokens.client_for_token(token) == client
+
+
+def test_with_the_cache_off_every_lookup_reads_the_database(
+    db, django_assert_num_queries, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOKEN_CACHE_SECONDS = 0
+    token = create_token("ci-bot", "acme")
+    tokens.client_for_token(token)
+
+    with django_assert_num_queries(1):
+        tokens.client_for_token(token)
+
+
+def test_revoking_forgets_cached_tokens_at_once_in_this_process(db, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOKEN_CACHE_SECONDS = 60
+    token = create_token("ci-bot", "acme")
+    assert tokens.client_for_token(token) is not None
+
+    call_command("revoke_client_token", client="ci-bot", stdout=StringIO())
+
+    assert tokens.client_for_token(token) is None

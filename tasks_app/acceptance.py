@@ -24,14 +24,11 @@ from typing import Any
 import psycopg
 import rfc8785
 from django.conf import settings
-from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, models, transaction
-from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
-from django.db.models.expressions import Col
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connection, connections, transaction
 from django.utils import timezone
 from psycopg.types.json import Jsonb
 
-from tasks_app import dispatch, retention
+from tasks_app import dispatch, retention, rows
 from tasks_app.models import (
     Actor,
     Client,
@@ -388,7 +385,7 @@ SELECT old_task.*, NULL FROM old_task
 
 def _accept_postgresql(task: Task, *, carrier: str | None, actor: str) -> Receipt:
     db = connections[DEFAULT_DB_ALIAS]  # the wrapper itself: the proxy costs a lookup per use
-    columns = _task_columns()
+    columns = rows.task_columns()
     params = {c.name: c.value(task, db) for c in columns}
     params.update(
         actor_type=Actor.CLIENT.value,
@@ -407,7 +404,7 @@ def _accept_postgresql(task: Task, *, carrier: str | None, actor: str) -> Receip
                 row = cursor.fetchone()
         if row is None:
             continue  # lost a race to a transaction that committed meanwhile: look again
-        found = _task_from_row(db, columns, row[:-1])
+        found = rows.task_from_row(db, columns, row[:-1])
         dispatch_id = row[-1]
         if dispatch_id is not None:
             dispatch.publish_on_commit(dispatch_id, found.pk)
@@ -418,58 +415,10 @@ def _accept_postgresql(task: Task, *, carrier: str | None, actor: str) -> Receip
     raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
 
 
-# Field types whose Python values psycopg takes as they are (Django's preparation of them is
-# the identity on PostgreSQL); any other type goes through get_db_prep_save.
-_AS_IS = (
-    models.CharField,
-    models.TextField,
-    models.IntegerField,
-    models.BooleanField,
-    models.DateTimeField,
-    models.ForeignKey,
-)
-
-
-@dataclass(frozen=True)
-class _Column:
-    """One column of the task row, with what writing and reading it needs (worked out once,
-    not per request)."""
-
-    name: str
-    field: Field[Any, Any]
-    col: Col
-    as_is: bool
-    converters: tuple[Any, ...]
-
-    def value(self, task: Task, db: BaseDatabaseWrapper) -> Any:
-        value = getattr(task, self.field.attname)
-        if value is None and getattr(self.field, "auto_now_add", False):
-            value = self.field.pre_save(task, True)
-        return value if self.as_is else self.field.get_db_prep_save(value, connection=db)
-
-
-@cache
-def _task_columns() -> tuple[_Column, ...]:
-    db = connections[DEFAULT_DB_ALIAS]
-    columns = []
-    for field in Task._meta.concrete_fields:
-        col = field.get_col(Task._meta.db_table)
-        columns.append(
-            _Column(
-                name=field.column,
-                field=field,
-                col=col,
-                as_is=isinstance(field, _AS_IS),
-                converters=tuple(db.ops.get_db_converters(col) + col.get_db_converters(db)),
-            )
-        )
-    return tuple(columns)
-
-
 @cache
 def _insert_or_get_sql() -> str:
     q = connection.ops.quote_name
-    names = [column.name for column in _task_columns()]
+    names = [column.name for column in rows.task_columns()]
     return _INSERT_OR_GET.format(
         task=q(Task._meta.db_table),
         event=q(TaskEvent._meta.db_table),
@@ -477,17 +426,6 @@ def _insert_or_get_sql() -> str:
         columns=", ".join(q(name) for name in names),
         values=", ".join(f"%({name})s" for name in names),
     )
-
-
-def _task_from_row(
-    db: BaseDatabaseWrapper, columns: tuple[_Column, ...], values: tuple[Any, ...]
-) -> Task:
-    # What Django's SQL compiler does with a fetched row: run each column's converters.
-    converted = list(values)
-    for i, column in enumerate(columns):
-        for converter in column.converters:
-            converted[i] = converter(converted[i], column.col, db)
-    return Task.from_db(db.alias, [column.field.attname for column in columns], converted)
 
 
 # --- waiting for the outcome -----------------------------------------------------------

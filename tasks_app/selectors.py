@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from django.db.models import QuerySet
 
+from tasks_app import rows
 from tasks_app.models import Client, Task
 
 
@@ -13,10 +14,10 @@ class TaskNotFound(Exception):
 
 def task_get_for_client(*, client: Client, task_id: str) -> Task:
     """Return CLIENT's task TASK_ID. Another client's task is reported exactly like a missing one."""
-    try:
-        return Task.objects.get(pk=task_id, client=client)
-    except (Task.DoesNotExist, ValueError):
-        raise TaskNotFound(task_id) from None
+    task = rows.task_for_client(client.pk, task_id)
+    if task is None:
+        raise TaskNotFound(task_id)
+    return task
 
 
 def tasks_visible_to(user) -> QuerySet[Task]:  # type: ignore[no-untyped-def]

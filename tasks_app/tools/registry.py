@@ -6,6 +6,7 @@ A toolset is a module holding ``tools = Toolset("name")`` and functions decorate
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
 import math
@@ -65,13 +66,17 @@ class ToolSpec:
         Raise InvalidArguments with a message naming the offending argument.
         """
         _reject_non_finite(arguments, path="arguments")
-        validator = jsonschema.Draft202012Validator(self.input_schema)
-        errors = sorted(validator.iter_errors(arguments), key=lambda e: list(e.path))
+        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
         if errors:
             first = errors[0]
             where = ".".join(str(p) for p in first.path) or "arguments"
             raise InvalidArguments(f"{where}: {first.message}")
         return _normalize(arguments, self.input_schema)
+
+    @functools.cached_property
+    def _validator(self) -> jsonschema.Draft202012Validator:
+        # Built once per tool: constructing a validator costs more than most validations.
+        return jsonschema.Draft202012Validator(self.input_schema)
 
     def wire(self) -> dict[str, Any]:
         """The tool as ``tools/list`` shows it."""

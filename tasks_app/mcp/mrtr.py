@@ -45,7 +45,7 @@ def seal(*, client: Client, subject: str, arguments_fp: str, answers: dict[str, 
 def unseal(state: str, *, client: Client, subject: str, arguments_fp: str) -> dict[str, Any]:
     """Return the answers inside STATE; raise InvalidParams unless it is intact, fresh and
     was issued for this client, tool (or prompt) and arguments."""
-    max_age = getattr(settings, "TASKDESK_MRTR_STATE_SECONDS", DEFAULT_MAX_AGE_SECONDS)
+    max_age = settings.TASKDESK_MRTR_STATE_SECONDS
     try:
         payload = signing.loads(state, salt=_SALT, max_age=max_age)
     except signing.SignatureExpired:

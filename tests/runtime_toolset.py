@@ -231,3 +231,25 @@ def hands_over(ctx: ToolContext) -> str:
 
     Task.objects.filter(pk=ctx.task_id).update(lease_owner="newer:1:abc")
     return "done"
+
+
+@tools.tool(task="required", escalate=True)
+def escalating_step(ctx: ToolContext) -> str:
+    """Roll a number in a step before becoming a task, then report it from the task."""
+
+    def roll() -> int:
+        RUNS["escalating_step.roll"] += 1
+        return RUNS["escalating_step.roll"]
+
+    rolled = ctx.step("roll", roll)
+    ctx.escalate()
+    return f"rolled {rolled}"
+
+
+@tools.tool(task="required", escalate=True)
+def escalating_effect(ctx: ToolContext) -> str:
+    """Start an effect before escalating (which a tool must not do)."""
+    with ctx.effect("early"):
+        pass
+    ctx.escalate()
+    return "unreachable"

@@ -185,6 +185,14 @@ class SyncContext(ToolContext):
         verify: Callable[[str], bool] | None = None,
         compensate: Callable[[str], None] | None = None,
     ) -> AbstractContextManager[EffectHandle]:
+        if self.can_escalate:
+            # Nothing before ctx.escalate() is in the task's ledger, and the task replays the
+            # function from the top: the effect would run a second time there.
+            raise ToolError(
+                f"{self.name} starts the effect {name!r} before ctx.escalate(); a tool that "
+                "escalates must run its effects after the escalation, inside the task"
+            )
+
         # A synchronous call has no ledger: the request itself is the unit of retry.
         @contextmanager
         def scope() -> Iterator[EffectHandle]:
@@ -195,7 +203,19 @@ class SyncContext(ToolContext):
 
     def step(self, name: str, fn: Callable[[], T]) -> T:
         self.check_cancelled()
-        return fn()
+        value = fn()
+        if self.can_escalate:
+            # The task this call may become replays from the top: it takes the value from
+            # the journal instead of computing it again.
+            self.journal.append(
+                {
+                    "seq": len(self.journal),
+                    "kind": "step",
+                    "name": name,
+                    "outcome": {"value": value},
+                }
+            )
+        return value
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         self.check_cancelled()

@@ -370,3 +370,36 @@ def test_completion(mcp) -> None:  # type: ignore[no-untyped-def]
         "total": 3,
         "hasMore": False,
     }
+
+
+def test_a_step_before_escalation_is_journaled_and_not_run_again_by_the_task(
+    mcp, transactional_db, settings
+) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.models import JournalEntry, Task
+    from tests import runtime_toolset
+    from tests.tasks_app.runtime_helpers import RUNTIME_TOOLSETS, leg, text_of
+
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    runtime_toolset.RUNS.clear()
+
+    created = result_of(call(mcp, "escalating_step", tasks=True))
+
+    assert created["resultType"] == "task"
+    task = Task.objects.get(pk=created["taskId"])
+    entry = JournalEntry.objects.get(task=task)
+    assert (entry.kind, entry.name, entry.outcome) == ("step", "roll", {"value": 1})
+    leg(task)
+    assert task.status == "completed"
+    assert text_of(task.result) == "rolled 1"
+    assert runtime_toolset.RUNS["escalating_step.roll"] == 1
+
+
+def test_an_effect_before_escalation_is_refused(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    from tests.tasks_app.runtime_helpers import RUNTIME_TOOLSETS
+
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+
+    result = result_of(call(mcp, "escalating_effect", tasks=True))
+
+    assert result["isError"] is True
+    assert "starts the effect 'early' before ctx.escalate()" in result["content"][0]["text"]

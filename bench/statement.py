@@ -23,7 +23,7 @@ def main() -> None:
     from psycopg import sql
     from psycopg.types.json import Jsonb
 
-    from tasks_app import acceptance
+    from tasks_app import acceptance, rows
     from tasks_app.models import Actor, Client, Era
     from tasks_app.tools import get_tool
 
@@ -34,7 +34,7 @@ def main() -> None:
     client = Client.objects.get(name="bench")
     task = acceptance._new_task(client, tool, normalized, fingerprint, "k", Era.MODERN)
     connection.ensure_connection()
-    params = {c.name: c.value(task, connection) for c in acceptance._task_columns()}
+    params = {c.name: c.value(task, connection) for c in rows.task_columns()}
     params.update(
         actor_type=Actor.CLIENT.value,
         actor=client.name,

@@ -27,25 +27,20 @@ import re
 import resource
 import secrets
 import shutil
-import signal
 import socket
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 import psycopg
+from common import BIN, DOCS, POSTGRES, ROOT, database, free_port, manage, proc_cpu, process, say
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-DOCS = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- acceptance-bench:start -->", "<!-- acceptance-bench:end -->"
 
-POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
 TARGETS = {"new": (600, 60.0), "replay": (900, None), "get": (1000, None)}
@@ -60,15 +55,6 @@ class Figures:
     p99_ms: float
     errors: int = 0
     cpu_ms: dict[str, float] | None = None  # CPU time per request, by process group
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process PID has used, 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def children(pid: int) -> list[int]:
@@ -98,12 +84,6 @@ class CpuMeter:
         }
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def need(binary: str, hint: str) -> str:
     path = shutil.which(binary)
     if path is None:
@@ -111,43 +91,7 @@ def need(binary: str, hint: str) -> str:
     return path
 
 
-def say(message: str) -> None:
-    print(f"bench: {message}", flush=True)
-
-
 # --- the pieces it starts ---------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def database() -> Iterator[str]:
-    name = f"taskdesk_bench_{secrets.token_hex(4)}"
-    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{POSTGRES}/{name}"
-    finally:
-        with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextlib.contextmanager
-def process(
-    args: list[str], *, env: dict[str, str], log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
@@ -159,20 +103,6 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
             return
         time.sleep(0.1)
     sys.exit(f"bench: nothing listens on port {port}:\n{log.read_text()[-3000:]}")
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [str(BIN / "python"), "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        sys.exit(f"bench: manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return done.stdout
 
 
 # --- measurements -----------------------------------------------------------------------
@@ -321,7 +251,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="taskdesk-bench-"))
     web_port, redis_port = free_port(), free_port()
     results: list[Figures] = []
-    with database() as dsn:
+    with database("taskdesk_bench") as dsn:
         env = {
             **os.environ,
             "DATABASE_URL": dsn,

@@ -31,14 +31,11 @@ import platform
 import re
 import secrets
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -46,13 +43,10 @@ from typing import Any
 
 import httpx
 import psycopg
+from common import BIN, DOCS, POSTGRES, ROOT, database, free_port, manage, proc_cpu, process, say
 
-ROOT = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
-DOCS = ROOT / "docs" / "benchmarks.md"
 START, END = "<!-- runtime-bench:start -->", "<!-- runtime-bench:end -->"
 
-POSTGRES = os.environ.get("BENCH_POSTGRES", "postgres://postgres@127.0.0.1:5432").rstrip("/")
 TASKS = int(os.environ.get("BENCH_TASKS", "2000"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
 LOG_LEVEL = os.environ.get("BENCH_LOG_LEVEL", "INFO")
@@ -61,49 +55,7 @@ TARGET_RATE, TARGET_START_P50_MS = 300, 50
 EXTENSION = "io.modelcontextprotocol/tasks"
 
 
-def say(message: str) -> None:
-    print(f"bench: {message}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 # --- the pieces it starts ---------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def database() -> Iterator[str]:
-    name = f"taskdesk_bench_runtime_{secrets.token_hex(4)}"
-    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{POSTGRES}/{name}"
-    finally:
-        with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
-@contextlib.contextmanager
-def process(
-    args: list[str], *, env: dict[str, str], log: Path
-) -> Iterator[subprocess.Popen[bytes]]:
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-    try:
-        yield proc
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGTERM)
-            try:
-                proc.wait(20)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
 
 
 def wait_until(what: str, check: Any, procs: list[subprocess.Popen[bytes]], timeout: float) -> None:
@@ -117,20 +69,6 @@ def wait_until(what: str, check: Any, procs: list[subprocess.Popen[bytes]], time
                 return
         time.sleep(0.1)
     sys.exit(f"bench: timed out waiting for {what}")
-
-
-def manage(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run(
-        [str(BIN / "python"), "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    if done.returncode != 0:
-        sys.exit(f"bench: manage.py {' '.join(args)} failed:\n{done.stderr[-3000:]}")
-    return done.stdout
 
 
 # --- submitting ---------------------------------------------------------------------------
@@ -207,15 +145,6 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 
 
 # --- measuring ------------------------------------------------------------------------------
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds (user + system) process PID has used, 0 if it is gone."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    except OSError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def tree(pid: int) -> list[int]:
@@ -376,7 +305,7 @@ def main() -> None:
     workdir = Path(tempfile.mkdtemp(prefix="taskdesk-bench-runtime-"))
     web_port, redis_port = free_port(), free_port()
     machine = machine_line()
-    with database() as dsn:
+    with database("taskdesk_bench_runtime") as dsn:
         env = {
             **os.environ,
             "DATABASE_URL": dsn,

@@ -19,7 +19,6 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import jsonschema
@@ -27,7 +26,7 @@ import jsonschema
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.models import Client
 from tasks_app.tools import Answer, Cancelled, EffectHandle, ProtocolError, Question, ToolError
-from tasks_app.tools.context import Audience, OnTimeout, ToolContext
+from tasks_app.tools.context import ToolContext
 
 T = TypeVar("T")
 log = logging.getLogger("tasks_app.mcp")
@@ -100,21 +99,6 @@ class SyncContext(ToolContext):
         self.journal: list[dict[str, Any]] = []
 
     # --- questions -----------------------------------------------------------------------
-
-    def ask(
-        self,
-        key: str,
-        *,
-        message: str,
-        schema: dict[str, Any] | None = None,
-        url: str | None = None,
-        audience: Audience = "client",
-        deadline: datetime | timedelta | None = None,
-        on_timeout: OnTimeout = "decline",
-        default: dict[str, Any] | None = None,
-    ) -> Answer:
-        question = Question(message=message, schema=schema, url=url, audience=audience)
-        return self.ask_many({key: question})[key]
 
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         self.check_cancelled()

@@ -29,7 +29,6 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from datetime import datetime, timedelta
 from functools import cached_property
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -47,8 +46,7 @@ from tasks_app.runtime.errors import (
     TimeLimitExceeded,
 )
 from tasks_app.tools import Answer, Cancelled, Question, ToolContext, ToolSpec
-from tasks_app.tools.context import Audience as AudienceName
-from tasks_app.tools.context import EffectHandle, OnTimeout
+from tasks_app.tools.context import EffectHandle
 
 if TYPE_CHECKING:
     from tasks_app.runtime.effects import Compensation, EffectScope
@@ -253,29 +251,6 @@ class TaskContext(ToolContext):
 
     def check_cancelled(self) -> None:
         self.checkpoint()
-
-    def ask(
-        self,
-        key: str,
-        *,
-        message: str,
-        schema: dict[str, Any] | None = None,
-        url: str | None = None,
-        audience: AudienceName = "client",
-        deadline: datetime | timedelta | None = None,
-        on_timeout: OnTimeout = "decline",
-        default: dict[str, Any] | None = None,
-    ) -> Answer:
-        question = Question(
-            message=message,
-            schema=schema,
-            url=url,
-            audience=audience,
-            deadline=deadline,
-            on_timeout=on_timeout,
-            default=default,
-        )
-        return self.ask_many({key: question})[key]
 
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         self.checkpoint()

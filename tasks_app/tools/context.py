@@ -101,7 +101,6 @@ class ToolContext(abc.ABC):
     client_name: str
     tenant: str
 
-    @abc.abstractmethod
     def ask(
         self,
         key: str,
@@ -115,6 +114,16 @@ class ToolContext(abc.ABC):
         default: dict[str, Any] | None = None,
     ) -> Answer:
         """Ask a question and return its answer (suspending the task until there is one)."""
+        question = Question(
+            message=message,
+            schema=schema,
+            url=url,
+            audience=audience,
+            deadline=deadline,
+            on_timeout=on_timeout,
+            default=default,
+        )
+        return self.ask_many({key: question})[key]
 
     @abc.abstractmethod
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:

@@ -21,6 +21,9 @@ from tasks_app.tools.results import text
 
 tools = Toolset("conformance")
 
+# The one-checkbox form the MRTR fixtures ask for.
+CONFIRM_FORM = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+
 
 def _png() -> bytes:
     """A 1x1 red PNG, built here so the fixture carries no opaque blob."""
@@ -425,7 +428,7 @@ def test_input_required_result_request_state(ctx: ToolContext) -> str:
     answer = ctx.ask(
         "confirm",
         message="Please confirm",
-        schema={"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+        schema=CONFIRM_FORM,
     )
     # Reaching here on a retry means the server verified the echoed requestState.
     return f"state-ok: confirmation {answer.action}"
@@ -479,7 +482,7 @@ def test_input_required_result_tampered_state(ctx: ToolContext) -> str:
     answer = ctx.ask(
         "confirm",
         message="Please confirm",
-        schema={"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]},
+        schema=CONFIRM_FORM,
     )
     return f"Confirmed: {answer.action}"
 

@@ -195,6 +195,14 @@ if DATABASE_URL:
     if _db["ENGINE"] not in {"django.db.backends.postgresql", "django.db.backends.sqlite3"}:
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
     _db["CONN_HEALTH_CHECKS"] = True
+    if _db["ENGINE"] == "django.db.backends.postgresql":
+        # The hot paths (accepting a call, a leg's claim and its end) run as server-side
+        # prepared statements, parsed and planned once per connection; Django's own queries
+        # use client-side binding and are never prepared. Off (DB_PREPARED_STATEMENTS=false)
+        # behind a pooler that cannot keep them, such as PgBouncer before 1.21 in transaction
+        # mode.
+        if env_bool("DB_PREPARED_STATEMENTS", True):
+            _db.setdefault("OPTIONS", {})["prepare_threshold"] = 5
 else:
     _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "taskdesk.sqlite3"}
 
@@ -354,6 +362,11 @@ TASKDESK_PUBLIC_URL = env_str("TASKDESK_PUBLIC_URL") or f"http://{HOST}:{PORT}"
 
 # --- logging ---------------------------------------------------------------------------------
 
+LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
+# A leg logs "leg started" and "leg ended" lines with the task id, leg number and duration;
+# Celery's own line per job received and succeeded names only its message id, so it is
+# kept for LOG_LEVEL=DEBUG. A job that fails is still logged (ERROR).
+_CELERY_JOB_LOG_LEVEL = "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -361,6 +374,10 @@ LOGGING = {
         "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
     },
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env_str("LOG_LEVEL", "INFO").upper()},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    "root": {"handlers": ["console"], "level": LOG_LEVEL},
+    "loggers": {
+        "django.db.backends": {"level": "WARNING"},
+        "celery.app.trace": {"level": _CELERY_JOB_LOG_LEVEL},
+        "celery.worker.strategy": {"level": _CELERY_JOB_LOG_LEVEL},
+    },
 }

@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.utils import timezone
 
-from tasks_app import dispatch
+from tasks_app import dispatch, rows
 from tasks_app.models import TERMINAL_STATUSES, Actor, Status, Task, event
 
 ALLOWED: dict[str, set[str]] = {
@@ -87,22 +87,44 @@ def _end_leased(
     **detail: Any,
 ) -> Task:
     """``_move`` to a terminal status for the leg that holds the task's lease: a leased task is
-    working, so one compare-and-set UPDATE on (working, lease owner) replaces the locking read
-    on this hot path. Raise LeaseLost if another leg holds the task now. Return a partial
+    working, so a compare-and-set UPDATE on (working, lease owner) replaces the locking read
+    on this hot path (on PostgreSQL, one statement that also writes the event and closes
+    pending questions). Raise LeaseLost if another leg holds the task now. Return a partial
     instance (the fields written)."""
     assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
     now = timezone.now()
-    leased = Task.objects.filter(pk=task_id, status=Status.WORKING, lease_owner=lease_owner)
-    changed = leased.update(
-        status=to, updated_at=now, finished_at=now, lease_owner="", lease_expires_at=None, **fields
-    )
-    if not changed:
-        raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
-    task = Task(pk=task_id, status=to, finished_at=now, **fields)
-    event(task, kind, actor_type=Actor.WORKER, actor=actor, old_status=Status.WORKING,
-          new_status=to, **detail)  # fmt: skip
-    _close_pending_requests(task, reason=to)
+    if connection.vendor == "postgresql":
+        ended = rows.end_leased(task_id=task_id, to=to, owner=lease_owner, kind=kind,
+                                actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
+        if not ended:
+            raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
+        return Task(pk=task_id, status=to, finished_at=now, **fields)
+    with transaction.atomic():
+        leased = Task.objects.filter(pk=task_id, status=Status.WORKING, lease_owner=lease_owner)
+        changed = leased.update(status=to, updated_at=now, finished_at=now, lease_owner="",
+                                lease_expires_at=None, **fields)  # fmt: skip
+        if not changed:
+            raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
+        task = Task(pk=task_id, status=to, finished_at=now, **fields)
+        event(task, kind, actor_type=Actor.WORKER, actor=actor, old_status=Status.WORKING,
+              new_status=to, **detail)  # fmt: skip
+        _close_pending_requests(task, reason=to)
     return task
+
+
+@transaction.atomic
+def _end_locked(
+    task_id: str,
+    to: str,
+    *,
+    kind: str,
+    actor_type: str,
+    actor: str,
+    fields: dict[str, Any],
+    **detail: Any,
+) -> Task:
+    task = _locked(task_id)
+    return _move(task, to, kind=kind, actor_type=actor_type, actor=actor, fields=fields, **detail)
 
 
 def _close_pending_requests(task: Task, *, reason: str) -> None:
@@ -110,7 +132,9 @@ def _close_pending_requests(task: Task, *, reason: str) -> None:
     from elicitations.models import RequestStatus
 
     closed = list(
-        task.input_requests.filter(status=RequestStatus.PENDING).values_list("key", flat=True)
+        task.input_requests.filter(status=RequestStatus.PENDING)
+        .order_by("key")
+        .values_list("key", flat=True)
     )
     if closed:
         task.input_requests.filter(key__in=closed).update(status=RequestStatus.CANCELLED)
@@ -157,7 +181,6 @@ def resume(*, task_id: str, actor_type: str, actor: str = "", reason: str = "ans
     return task
 
 
-@transaction.atomic
 def complete(
     *, task_id: str, result: dict[str, Any], actor: str = "", lease_owner: str | None = None
 ) -> Task:
@@ -170,19 +193,10 @@ def complete(
     if lease_owner is not None:
         return _end_leased(task_id, Status.COMPLETED, lease_owner=lease_owner, kind="completed",
                            actor=actor, fields=fields, is_error=is_error)  # fmt: skip
-    task = _locked(task_id)
-    return _move(
-        task,
-        Status.COMPLETED,
-        kind="completed",
-        actor_type=Actor.WORKER,
-        actor=actor,
-        fields=fields,
-        is_error=is_error,
-    )
+    return _end_locked(task_id, Status.COMPLETED, kind="completed", actor_type=Actor.WORKER,
+                       actor=actor, fields=fields, is_error=is_error)  # fmt: skip
 
 
-@transaction.atomic
 def fail(
     *,
     task_id: str,
@@ -196,16 +210,8 @@ def fail(
     if lease_owner is not None:
         return _end_leased(task_id, Status.FAILED, lease_owner=lease_owner, kind="failed",
                            actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
-    task = _locked(task_id)
-    return _move(
-        task,
-        Status.FAILED,
-        kind="failed",
-        actor_type=actor_type,
-        actor=actor,
-        fields=fields,
-        code=error.get("code"),
-    )
+    return _end_locked(task_id, Status.FAILED, kind="failed", actor_type=actor_type,
+                       actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
 
 
 @transaction.atomic
@@ -244,22 +250,14 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
     return task
 
 
-@transaction.atomic
 def cancel(*, task_id: str, actor: str = "", lease_owner: str | None = None) -> Task:
     """Move a task whose cancellation was requested to CANCELLED once its work has stopped
     (LEASE_OWNER: as in ``complete``)."""
     if lease_owner is not None:
         return _end_leased(task_id, Status.CANCELLED, lease_owner=lease_owner, kind="cancelled",
                            actor=actor, fields={}, work_stopped=True)  # fmt: skip
-    task = _locked(task_id)
-    return _move(
-        task,
-        Status.CANCELLED,
-        kind="cancelled",
-        actor_type=Actor.WORKER,
-        actor=actor,
-        work_stopped=True,
-    )
+    return _end_locked(task_id, Status.CANCELLED, kind="cancelled", actor_type=Actor.WORKER,
+                       actor=actor, fields={}, work_stopped=True)  # fmt: skip
 
 
 @transaction.atomic

@@ -27,7 +27,7 @@ from django.db import DatabaseError, connection, transaction
 from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from tasks_app import dispatch
+from tasks_app import dispatch, rows
 from tasks_app.models import Actor, Dispatch, JournalEntry, Status, Task, TaskEvent, event
 
 log = logging.getLogger("tasks_app.runtime")
@@ -60,27 +60,28 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
     """
     now = timezone.now()
     expires = now + _lease_length()
-    with transaction.atomic(), connection.cursor() as cursor:
-        if connection.vendor == "postgresql":
-            row = _claim_postgresql(cursor, task_id, dispatch_id, owner, now, expires)
-        else:
+    if connection.vendor == "postgresql":
+        # A single statement is atomic by itself: no transaction block, no extra round trips.
+        row = _claim_postgresql(task_id, dispatch_id, owner, now, expires)
+    else:
+        with transaction.atomic(), connection.cursor() as cursor:
             row = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
-        if row is None:
-            return None
-        tool_name, arguments, leg, client_id, has_journal = row
-        task = Task(
-            pk=task_id,
-            client_id=client_id,
-            tool_name=tool_name,
-            arguments=_ARGUMENTS.from_db_value(arguments, None, connection),
-            status=Status.WORKING,
-            leg=leg,
-            lease_owner=owner,
-            lease_expires_at=expires,
-        )
-        if connection.vendor != "postgresql":
-            event(task, "leg_started", actor_type=Actor.WORKER, actor=owner, leg=leg,
-                  dispatch=dispatch_id)  # fmt: skip
+            if row is not None:
+                event(Task(pk=task_id), "leg_started", actor_type=Actor.WORKER, actor=owner,
+                      leg=row[2], dispatch=dispatch_id)  # fmt: skip
+    if row is None:
+        return None
+    tool_name, arguments, leg, client_id, has_journal = row
+    task = Task(
+        pk=task_id,
+        client_id=client_id,
+        tool_name=tool_name,
+        arguments=_ARGUMENTS.from_db_value(arguments, None, connection),
+        status=Status.WORKING,
+        leg=leg,
+        lease_owner=owner,
+        lease_expires_at=expires,
+    )
     return Claim(task=task, has_journal=bool(has_journal))
 
 
@@ -105,7 +106,6 @@ def _claim_portable(
 
 
 def _claim_postgresql(
-    cursor: CursorWrapper,
     task_id: str,
     dispatch_id: int | None,
     owner: str,
@@ -114,7 +114,7 @@ def _claim_postgresql(
 ) -> tuple[Any, ...] | None:
     # One round trip: consume the record, claim the task and write the leg_started event,
     # as data-modifying CTEs of a single statement.
-    cursor.execute(
+    return rows.fetch_prepared(
         _sql().claim_postgresql,
         {
             "now": now,
@@ -126,8 +126,6 @@ def _claim_postgresql(
             "worker": Actor.WORKER.value,
         },
     )
-    row: tuple[Any, ...] | None = cursor.fetchone()
-    return row
 
 
 _ARGUMENTS = Task._meta.get_field("arguments")

@@ -130,3 +130,59 @@ def test_a_concurrently_deleted_task_is_reported(task) -> None:  # type: ignore[
 
     with pytest.raises(Task.DoesNotExist):
         transitions.complete(task_id=task.pk, result={"content": []})
+
+
+@pytest.mark.parametrize("end", ["complete", "fail", "cancel"])
+def test_the_leg_holding_the_lease_ends_its_task_and_closes_open_questions(task, end: str) -> None:  # type: ignore[no-untyped-def]
+    Task.objects.filter(pk=task.pk).update(lease_owner="worker-1")
+    InputRequest.objects.create(task=task, key="b", ask_key="approve", message="Approve?")
+    InputRequest.objects.create(task=task, key="a", ask_key="note", message="Note?")
+    moves = {
+        "complete": lambda: transitions.complete(
+            task_id=task.pk, result={"content": [], "isError": True}, actor="w",
+            lease_owner="worker-1",
+        ),
+        "fail": lambda: transitions.fail(
+            task_id=task.pk, error={"code": -32603, "message": "boom"}, actor="w",
+            lease_owner="worker-1",
+        ),
+        "cancel": lambda: transitions.cancel(task_id=task.pk, actor="w", lease_owner="worker-1"),
+    }  # fmt: skip
+
+    moves[end]()
+
+    task.refresh_from_db()
+    expected = {"complete": Status.COMPLETED, "fail": Status.FAILED, "cancel": Status.CANCELLED}
+    assert task.status == expected[end]
+    assert (task.lease_owner, task.lease_expires_at) == ("", None)
+    assert task.finished_at is not None
+    assert set(InputRequest.objects.values_list("status", flat=True)) == {RequestStatus.CANCELLED}
+    ended, closed = TaskEvent.objects.filter(task=task)
+    assert (ended.kind, ended.old_status, ended.new_status, ended.actor, ended.actor_type) == (
+        {"complete": "completed", "fail": "failed", "cancel": "cancelled"}[end],
+        "working",
+        expected[end],
+        "w",
+        "worker",
+    )
+    assert closed.kind == "input_closed"
+    assert closed.detail == {"keys": ["a", "b"], "reason": expected[end]}
+    if end == "complete":
+        assert (task.result, ended.detail) == ({"content": [], "isError": True}, {"is_error": True})
+    if end == "fail":
+        assert (task.error["message"], task.status_message, ended.detail) == (
+            "boom",
+            "boom",
+            {"code": -32603},
+        )
+
+
+def test_a_leg_that_lost_its_lease_ends_nothing(task) -> None:  # type: ignore[no-untyped-def]
+    Task.objects.filter(pk=task.pk).update(lease_owner="worker-2")
+
+    with pytest.raises(transitions.LeaseLost):
+        transitions.complete(task_id=task.pk, result={"content": []}, lease_owner="worker-1")
+
+    task.refresh_from_db()
+    assert (task.status, task.lease_owner) == (Status.WORKING, "worker-2")
+    assert not TaskEvent.objects.filter(task=task).exists()

@@ -138,3 +138,16 @@ def test_check_deploy_is_clean_under_production_like_settings(tmp_path) -> None:
     )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "no issues" in result.stdout
+
+
+@pytest.mark.parametrize(("value", "expected"), [(None, "5"), ("false", "None")])
+def test_postgresql_hot_path_statements_are_prepared_unless_turned_off(
+    tmp_path, value, expected
+) -> None:  # type: ignore[no-untyped-def]
+    env = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/any"}
+    if value is not None:
+        env["DB_PREPARED_STATEMENTS"] = value
+    code = "from django.conf import settings as s; print(s.DATABASES['default'].get('OPTIONS', {}).get('prepare_threshold'))"
+    result = run_django(code, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected

@@ -6,6 +6,12 @@ is written under a temporary name the reader ignores and then renamed into place
 atomic within one filesystem), and a reader claims a message by renaming it into a folder on
 the same filesystem, so two readers can never both take it and nothing is copied across
 filesystems.
+
+The transport is also polled from the worker's event loop. Celery runs a prefork worker on a
+transport without one in its blocking loop, whose pool processes share one job pipe: a process
+waiting for its next job holds the pipe's lock while it waits, so one killed then (SIGKILL, the
+OOM killer) leaves the lock held for good and no pool process ever gets a job again. With the
+event loop the worker gives each pool process its own pipes, as it does on Redis.
 """
 
 from __future__ import annotations
@@ -58,3 +64,15 @@ class Channel(filesystem.Channel):
 
 class Transport(filesystem.Transport):
     Channel = Channel
+    implements = filesystem.Transport.implements.extend(asynchronous=True)
+
+    def register_with_event_loop(self, connection: Any, loop: Any) -> None:
+        loop.call_repeatedly(self.polling_interval, self._deliver_ready)
+
+    def _deliver_ready(self) -> None:
+        """Deliver every message the consumers can take now (as many as QoS allows)."""
+        while True:
+            try:
+                self.cycle.get(self._deliver)
+            except Empty:
+                return

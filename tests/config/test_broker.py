@@ -51,6 +51,38 @@ def test_it_is_the_atomic_transport(tmp_path: Path) -> None:
         assert isinstance(conn.transport, Transport)
 
 
+def test_the_worker_polls_it_from_its_event_loop(tmp_path: Path) -> None:
+    # Celery runs a prefork worker with per-process job pipes only on an evented transport.
+    import time
+
+    from kombu.asynchronous import Hub
+
+    (tmp_path / "queue").mkdir()
+    received: list[int] = []
+
+    def on_message(body, message) -> None:  # type: ignore[no-untyped-def]
+        received.append(body["n"])
+        message.ack()
+
+    hub = Hub()
+    try:
+        with _connection(tmp_path) as conn:
+            assert conn.transport.implements.asynchronous
+            queue = Queue("jobs", Exchange(""), routing_key="jobs")
+            with conn.Consumer(queue, callbacks=[on_message]):
+                conn.transport.register_with_event_loop(conn.connection, hub)
+                producer = conn.Producer(serializer="json")
+                for n in range(3):
+                    producer.publish({"n": n}, routing_key="jobs", exchange="")
+                loop = hub.create_loop()
+                deadline = time.monotonic() + 10
+                while len(received) < 3 and time.monotonic() < deadline:
+                    next(loop)
+    finally:
+        hub.close()
+    assert sorted(received) == [0, 1, 2]
+
+
 def test_concurrent_producers_and_consumers_see_every_message_once(tmp_path: Path) -> None:
     (tmp_path / "queue").mkdir()
     ctx = multiprocessing.get_context("spawn")

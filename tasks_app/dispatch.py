@@ -7,9 +7,12 @@ published by the periodic sweeper, and so is a record whose message was publishe
 consumed (a broker that lost it). Duplicated messages are harmless: the leg that consumes a
 record marks it, and a leg takes a lease.
 
-After commit, records go to a small per-process publisher thread instead of being sent on the
-request path: a receipt never waits for the broker, however slow or down it is. Records that
-arrive together share one broker round trip, and are marked published in one UPDATE.
+The message is sent right after commit, on the committing thread: one broker round trip, so a
+leg can start a few milliseconds after its receipt. Marking records published is not urgent
+(the sweeper only looks at records older than a grace period), so a small per-process thread
+marks them in one UPDATE a few times a second. When the broker fails, the process stops
+trying for a moment and leaves its records to the sweeper: a dead broker costs one failed
+connection attempt per pause, not one per receipt.
 """
 
 from __future__ import annotations
@@ -17,7 +20,6 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import queue
 import threading
 import time
 from collections.abc import Sequence
@@ -37,19 +39,13 @@ RUN_TASK_JOB = "run_task_job"
 # One immediate retry, on a fresh connection (a pooled one goes stale when the broker
 # restarts); if that fails too, the record is the sweeper's.
 _FAST_RETRY = {"max_retries": 1, "interval_start": 0, "interval_step": 0, "interval_max": 0}
-# How long the publisher thread leaves records to the sweeper after the broker failed, so a
-# dead broker costs one failed connection attempt per pause rather than one per record.
+# How long a process leaves its records to the sweeper after the broker failed.
 BROKER_PAUSE_SECONDS = 2.0
-# While records keep coming (the last batch went out less than _BUSY_SECONDS ago), the
-# publisher thread waits this long after the first record of a batch, so that records
-# committed by concurrent requests share one broker round trip; an idle one sends at once.
-_LINGER_SECONDS = 0.01
-_BUSY_SECONDS = 0.05
 _BATCH_SIZE = 100
-# An idle publisher thread closes its database connection after this long.
-_IDLE_SECONDS = 1.0
 # Published records are marked (one UPDATE) at most this often.
 _MARK_EVERY_SECONDS = 0.25
+# An idle marker thread closes its database connection after this long.
+_IDLE_SECONDS = 1.0
 
 Pending = tuple[int, str]  # (dispatch id, task id)
 
@@ -62,9 +58,9 @@ def enqueue(task: Task, *, reason: str) -> Dispatch:
 
 
 def publish_on_commit(dispatch_id: int, task_id: str) -> None:
-    """Hand record DISPATCH_ID to the publisher thread when the current transaction commits
-    (at once outside a transaction)."""
-    transaction.on_commit(lambda: _publisher.submit((dispatch_id, task_id)))
+    """Publish record DISPATCH_ID when the current transaction commits (at once outside a
+    transaction)."""
+    transaction.on_commit(lambda: _publisher.publish((dispatch_id, task_id)))
 
 
 def publish(dispatch_id: int, task_id: str) -> bool:
@@ -145,122 +141,111 @@ def publish_pending(*, limit: int = 5000) -> int:
 
 
 class _Publisher:
-    """A daemon thread per process that publishes committed records in small batches.
+    """Sends committed records on the committing thread; a daemon thread per process marks
+    them published.
 
-    Records are marked published in one UPDATE every ``_MARK_EVERY_SECONDS`` rather than
-    after each batch: the sweeper only looks at records older than the grace period, so a
-    late mark costs nothing, and at worst (the process dies first) a message is sent twice.
-    Nothing is lost if the process dies with records still queued here: they are committed
-    and unpublished, so the sweeper publishes them after the grace period.
+    Nothing is lost if the process dies before a mark: the record is committed and
+    unpublished, so the sweeper publishes it again after the grace period (a duplicate
+    message, which the leg ignores).
     """
 
     def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[Pending] = queue.SimpleQueue()
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
+        self._cond = threading.Condition(self._lock)
         self._pid: int | None = None
-        self._pending = 0  # submitted, and not yet marked or left to the sweeper
-        self._resting = True  # idle, holding no database connection
+        self._sent: list[int] = []  # published, not yet marked
+        self._failed: list[int] = []  # not published: attempts to count
+        self._marking = 0  # taken by the marker thread, not yet written
+        self._resting = True  # the marker thread is idle and holds no database connection
         self._paused_until = 0.0
-        self._last_batch = 0.0
 
-    def submit(self, record: Pending) -> None:
+    def publish(self, record: Pending) -> None:
+        if time.monotonic() < self._paused_until:
+            return  # the broker failed a moment ago: the sweeper publishes it
+        try:
+            _send([record])
+        except Exception as exc:  # any broker/transport failure: the sweeper retries
+            self._paused_until = time.monotonic() + BROKER_PAUSE_SECONDS
+            log.warning("dispatch record %s not published: %s", record[0], exc)
+            self._hand_over(failed=record[0])
+        else:
+            self._hand_over(sent=record[0])
+
+    def _hand_over(self, *, sent: int | None = None, failed: int | None = None) -> None:
         with self._cond:
             if self._pid != os.getpid():  # first use in this process (also after a fork)
-                self._queue, self._pending = queue.SimpleQueue(), 0
-                threading.Thread(target=self._run, name="dispatch-publisher", daemon=True).start()
+                self._sent, self._failed, self._marking = [], [], 0
+                threading.Thread(target=self._run, name="dispatch-marker", daemon=True).start()
                 self._pid = os.getpid()
-            self._pending += 1
+            if sent is not None:
+                self._sent.append(sent)
+            if failed is not None:
+                self._failed.append(failed)
             self._resting = False
-        self._queue.put(record)
+            self._cond.notify_all()
 
     def wait(self, timeout: float, *, idle: bool) -> bool:
-        """Wait until everything submitted was handled (and, with IDLE, until the thread has
-        closed its database connection). Return False if TIMEOUT ran out first."""
+        """Wait until every record handed over is marked (and, with IDLE, until the thread
+        has closed its database connection). Return False if TIMEOUT ran out first."""
         with self._cond:
             if self._pid != os.getpid():
                 return True  # never used in this process
-            done = (lambda: self._resting) if idle else (lambda: self._pending == 0)
-            return self._cond.wait_for(done, timeout)
+            if idle:
+                return self._cond.wait_for(lambda: self._resting, timeout)
+            return self._cond.wait_for(
+                lambda: not self._sent and not self._failed and not self._marking, timeout
+            )
 
     def _run(self) -> None:
-        sent: list[int] = []  # published, not yet marked
-        marked_at = time.monotonic()
         while True:
-            wait = _IDLE_SECONDS
-            if sent:
-                wait = max(0.0, marked_at + _MARK_EVERY_SECONDS - time.monotonic())
-            batch = self._take_batch(timeout=wait)
-            if batch:
-                sent += self._publish(batch)
-            if sent and (not batch or time.monotonic() - marked_at >= _MARK_EVERY_SECONDS):
-                self._mark(sent)
-                sent, marked_at = [], time.monotonic()
-            elif not batch and not sent:
-                self._rest()  # a whole idle period went by
+            with self._cond:
+                if not self._cond.wait_for(lambda: self._sent or self._failed, _IDLE_SECONDS):
+                    self._rest_locked()
+                    self._cond.wait_for(lambda: self._sent or self._failed)
+                sent, self._sent = self._sent[:_BATCH_SIZE], self._sent[_BATCH_SIZE:]
+                failed, self._failed = self._failed, []
+                self._marking = len(sent) + len(failed)
+            self._mark(sent, failed)
+            with self._cond:
+                self._marking = 0
+                self._cond.notify_all()
+            time.sleep(_MARK_EVERY_SECONDS)
 
-    def _rest(self) -> None:
+    def _rest_locked(self) -> None:
         # Give the database connection back rather than hold it open while idle.
         connections.close_all()
-        with self._cond:
-            if self._pending == 0:
-                self._resting = True
-                self._cond.notify_all()
+        self._resting = True
+        self._cond.notify_all()
 
-    def _take_batch(self, timeout: float) -> list[Pending]:
-        try:
-            batch = [self._queue.get(timeout=timeout)]
-        except queue.Empty:
-            return []
-        now = time.monotonic()
-        if now - self._last_batch < _BUSY_SECONDS:
-            time.sleep(_LINGER_SECONDS)
-        self._last_batch = now
-        while len(batch) < _BATCH_SIZE:
-            try:
-                batch.append(self._queue.get_nowait())
-            except queue.Empty:
-                break
-        return batch
-
-    def _publish(self, batch: list[Pending]) -> list[int]:
-        """Send BATCH; return the ids sent (none when the broker failed or is paused)."""
-        ids: list[int] = []
-        try:
-            if time.monotonic() >= self._paused_until:  # else: the sweeper's
-                close_old_connections()
-                if _send_or_count_failure(batch):
-                    ids = [dispatch_id for dispatch_id, _ in batch]
-                else:
-                    self._paused_until = time.monotonic() + BROKER_PAUSE_SECONDS
-        except Exception:  # the database failed: the records stay unpublished for the sweeper
-            log.exception("publishing %s dispatch records failed", len(batch))
-        if not ids:
-            self._handled(len(batch))
-        return ids
-
-    def _mark(self, ids: list[int]) -> None:
+    def _mark(self, sent: list[int], failed: list[int]) -> None:
         try:
             close_old_connections()
-            _mark_published(ids)
+            if sent:
+                _mark_published(sent)
+            if failed:
+                Dispatch.objects.filter(pk__in=failed).update(attempts=F("attempts") + 1)
         except Exception:  # unmarked records are published again by the sweeper: harmless
-            log.exception("marking %s dispatch records published failed", len(ids))
-        self._handled(len(ids))
-
-    def _handled(self, count: int) -> None:
-        with self._cond:
-            self._pending -= count
-            self._cond.notify_all()
+            log.exception("marking %s dispatch records failed", len(sent) + len(failed))
 
 
 _publisher = _Publisher()
 
 
+def _after_fork_in_child() -> None:
+    global _publisher
+    # A lock another thread held at the fork stays held forever in the child: start afresh.
+    _publisher = _Publisher()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def wait_for_publisher(timeout: float = 5.0, *, idle: bool = False) -> bool:
-    """Wait until this process has published every record it committed (or left it to the
-    sweeper); with IDLE, also until the publisher thread has closed its database connection.
+    """Wait until this process has marked every record it published (or counted the failed
+    attempt); with IDLE, also until the marker thread has closed its database connection.
     Return False if TIMEOUT ran out first."""
     return _publisher.wait(timeout, idle=idle)
 
 
-# A process that exits normally gives its last records a moment to go out.
+# A process that exits normally gives its last marks a moment to be written.
 atexit.register(wait_for_publisher, 2.0)

@@ -71,7 +71,7 @@ def test_a_committed_record_is_published_and_marked(transactional_db, alice) -> 
     assert runs(broker_messages()) == [(receipt.task.pk, record.pk)]
 
 
-def test_records_committed_together_are_published_together(transactional_db, alice) -> None:
+def test_every_committed_record_is_published_and_marked_once(transactional_db, alice) -> None:
     receipts = [accept(alice) for _ in range(20)]
     assert dispatch.wait_for_publisher(10)
 

@@ -341,6 +341,9 @@ TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, 
 TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)
 TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)
 TASKDESK_LEASE_SECONDS = env_int("TASKDESK_LEASE_SECONDS", 30, minimum=1)
+# After each leg a worker process runs waiting tasks straight from the database for up to
+# this long before it takes its next message (0: one leg per message).
+TASKDESK_WAITING_LEGS_SECONDS = env_float("TASKDESK_WAITING_LEGS_SECONDS", 1.0, minimum=0)
 TASKDESK_DISPATCH_GRACE_SECONDS = env_float("TASKDESK_DISPATCH_GRACE_SECONDS", 3.0, minimum=0)
 # A published record that no leg consumed after this long is published again (its message
 # may have been lost by the broker); a duplicate is harmless.

@@ -236,6 +236,11 @@ class Dispatch(models.Model):
                 condition=Q(published_at__isnull=True),
                 name="dispatch_unpublished",
             ),
+            # Records no leg consumed yet, oldest first: what a worker that just ended a leg
+            # runs next (``leases.claim_next``).
+            models.Index(
+                fields=["id"], condition=Q(consumed_at__isnull=True), name="dispatch_waiting"
+            ),
             # The sweeper's other query: published records no leg consumed (the broker may
             # have lost their message). Consumed records leave this index.
             models.Index(

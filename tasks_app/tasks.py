@@ -9,6 +9,7 @@ import logging
 import socket
 
 from celery import shared_task
+from django.conf import settings
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
@@ -20,6 +21,8 @@ def run_task_job(task_id: str, dispatch_id: int | None = None) -> None:
     from tasks_app import runtime
 
     runtime.run_leg(task_id=task_id, dispatch_id=dispatch_id)
+    if settings.TASKDESK_WAITING_LEGS_SECONDS > 0:
+        runtime.run_waiting_legs(seconds=settings.TASKDESK_WAITING_LEGS_SECONDS)
 
 
 @shared_task(name="sweep_job")

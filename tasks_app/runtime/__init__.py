@@ -13,7 +13,7 @@ from __future__ import annotations
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import NotReconcilable, downstream_key, reconcile_effect
 from tasks_app.runtime.leases import redispatch_expired_leases
-from tasks_app.runtime.legs import Outcome, run_leg
+from tasks_app.runtime.legs import Outcome, run_leg, run_waiting_legs
 
 __all__ = [
     "NotReconcilable",
@@ -23,4 +23,5 @@ __all__ = [
     "reconcile_effect",
     "redispatch_expired_leases",
     "run_leg",
+    "run_waiting_legs",
 ]

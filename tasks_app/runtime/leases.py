@@ -71,6 +71,10 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
                       leg=row[2], dispatch=dispatch_id)  # fmt: skip
     if row is None:
         return None
+    return _claim_from_row(task_id, owner, expires, row)
+
+
+def _claim_from_row(task_id: str, owner: str, expires: datetime, row: tuple[Any, ...]) -> Claim:
     tool_name, arguments, leg, client_id, has_journal = row
     task = Task(
         pk=task_id,
@@ -83,6 +87,52 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
         lease_expires_at=expires,
     )
     return Claim(task=task, has_journal=bool(has_journal))
+
+
+def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
+    """Take the oldest dispatch record no leg has consumed yet, and claim its task as
+    ``claim`` does. Return None when there is no such record, else (its id, the claim or
+    None when its task was not claimable: the record is consumed either way).
+
+    A worker that has just ended a leg calls this to run the next waiting task at once,
+    without a broker round trip; that task's message, when it arrives, finds its record
+    consumed and does nothing.
+    """
+    now = timezone.now()
+    expires = now + _lease_length()
+    if connection.vendor == "postgresql":
+        row = rows.fetch_prepared(
+            _sql().claim_next_postgresql,
+            {
+                "now": now,
+                "expires": expires,
+                "owner": owner,
+                "working": Status.WORKING.value,
+                "worker": Actor.WORKER.value,
+            },
+        )
+        if row is None:
+            return None
+        dispatch_id, task_id, *claimed = row
+    else:
+        with transaction.atomic():
+            record = (
+                Dispatch.objects.filter(consumed_at__isnull=True)
+                .order_by("pk")
+                .values_list("pk", "task_id")
+                .first()
+            )
+            if record is None:
+                return None
+            dispatch_id, task_id = record
+            with connection.cursor() as cursor:
+                claimed = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
+            if claimed is not None:
+                event(Task(pk=task_id), "leg_started", actor_type=Actor.WORKER, actor=owner,
+                      leg=claimed[2], dispatch=dispatch_id)  # fmt: skip
+    if claimed is None or claimed[0] is None:
+        return dispatch_id, None
+    return dispatch_id, _claim_from_row(task_id, owner, expires, tuple(claimed))
 
 
 def _claim_portable(
@@ -136,6 +186,7 @@ class _Statements:
     consume: str
     claim: str
     claim_postgresql: str
+    claim_next_postgresql: str
 
 
 @cache
@@ -181,7 +232,40 @@ def _sql() -> _Statements:
         )
         SELECT tool_name, arguments, leg, client_id, has_journal FROM claimed
     """
-    return _Statements(consume=consume, claim=claim, claim_postgresql=claim_postgresql)
+    # The same, for the oldest record no leg consumed; SKIP LOCKED lets two workers doing
+    # this at once take different records.
+    claim_next_postgresql = f"""
+        WITH next AS (
+            SELECT id FROM {dispatch_table} WHERE consumed_at IS NULL
+            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+        ), consumed AS (
+            UPDATE {dispatch_table} SET consumed_at = %(now)s
+            WHERE id = (SELECT id FROM next)
+            RETURNING id, task_id
+        ), claimed AS (
+            UPDATE {task} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s,
+                leg = leg + 1, updated_at = %(now)s
+            WHERE id = (SELECT task_id FROM consumed)
+              AND {claimable.format(working="%(working)s", now="%(now)s")}
+            RETURNING id, {returning} AS has_journal
+        ), started AS (
+            INSERT INTO {events}
+                (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
+            SELECT claimed.id, 'leg_started', %(worker)s, %(owner)s, '', '',
+                jsonb_build_object('leg', leg, 'dispatch', consumed.id), %(now)s
+            FROM claimed, consumed
+        )
+        SELECT consumed.id, consumed.task_id,
+            claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
+            claimed.has_journal
+        FROM consumed LEFT JOIN claimed ON true
+    """
+    return _Statements(
+        consume=consume,
+        claim=claim,
+        claim_postgresql=claim_postgresql,
+        claim_next_postgresql=claim_next_postgresql,
+    )
 
 
 def release(task_id: str, owner: str) -> bool:

@@ -67,6 +67,33 @@ def run_leg(*, task_id: str, dispatch_id: int | None = None) -> Outcome:
     if claim is None:
         log.info("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
         return Outcome.SKIPPED
+    return _run_claimed(claim, owner, dispatch_id)
+
+
+def run_waiting_legs(*, seconds: float) -> int:
+    """Run legs of waiting tasks (dispatch records no leg consumed yet) one after another,
+    for up to SECONDS, without waiting for their messages. Return how many legs ran.
+
+    A worker calls this after each leg: when tasks arrive faster than the broker round trip
+    per message allows, they start at once instead of queueing behind their messages (which
+    then find their records consumed and do nothing). A leg already begun always finishes;
+    SECONDS only stops taking new ones.
+    """
+    deadline = time.monotonic() + seconds
+    ran = 0
+    while time.monotonic() < deadline:
+        owner = leases.new_owner()
+        found = leases.claim_next(owner=owner)
+        if found is None:
+            break  # nothing is waiting
+        dispatch_id, claim = found
+        if claim is not None:
+            _run_claimed(claim, owner, dispatch_id)
+            ran += 1
+    return ran
+
+
+def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> Outcome:
     task = claim.task
     started = time.monotonic()
     log.info(

@@ -9,7 +9,7 @@ import pytest
 from django.utils import timezone
 
 from tasks_app import runtime
-from tasks_app.models import Dispatch, JournalEntry, Status, Task
+from tasks_app.models import Dispatch, JournalEntry, Status, Task, TaskEvent
 from tasks_app.runtime import Outcome
 from tests.runtime_toolset import RUNS
 from tests.tasks_app.runtime_helpers import (
@@ -338,3 +338,74 @@ def test_a_leg_that_lost_its_lease_does_not_end_the_task(alice) -> None:
     assert task.status == Status.WORKING
     assert task.lease_owner == "newer:1:abc"
     assert events(task) == ["leg_started"]
+
+
+# --- waiting legs: tasks run straight from their dispatch records ------------------------------
+
+
+def test_a_worker_runs_waiting_tasks_oldest_first_and_their_messages_then_do_nothing(alice) -> None:
+    tasks = [submit(alice, "noop") for _ in range(3)]
+    records = [next_dispatch(task) for task in tasks]
+
+    assert runtime.run_waiting_legs(seconds=5) == 3
+
+    started = TaskEvent.objects.filter(kind="leg_started").order_by("id")
+    assert [e.task_id for e in started] == [task.pk for task in tasks]
+    assert [e.detail["dispatch"] for e in started] == records
+    for task, record in zip(tasks, records, strict=True):
+        task.refresh_from_db()
+        assert (task.status, task.leg) == (Status.COMPLETED, 1)
+        # The task's own message arrives later and finds its record consumed.
+        assert runtime.run_leg(task_id=task.pk, dispatch_id=record) == Outcome.SKIPPED
+        task.refresh_from_db()
+        assert task.leg == 1
+    assert runtime.run_waiting_legs(seconds=5) == 0  # nothing is waiting any more
+
+
+def test_a_waiting_record_whose_task_cannot_start_is_consumed_and_skipped(alice) -> None:
+    leased, cancelled, ready = (submit(alice, "noop") for _ in range(3))
+    Task.objects.filter(pk=leased.pk).update(
+        lease_owner="elsewhere:1:abc", lease_expires_at=timezone.now() + timedelta(seconds=30)
+    )
+    Task.objects.filter(pk=cancelled.pk).update(status=Status.CANCELLED)
+
+    assert runtime.run_waiting_legs(seconds=5) == 1
+
+    assert not Dispatch.objects.filter(consumed_at__isnull=True).exists()
+    for task in (leased, cancelled, ready):
+        task.refresh_from_db()
+    assert (leased.status, leased.leg, leased.lease_owner) == (
+        Status.WORKING,
+        0,
+        "elsewhere:1:abc",
+    )
+    assert (cancelled.status, cancelled.leg) == (Status.CANCELLED, 0)
+    assert (ready.status, ready.leg) == (Status.COMPLETED, 1)
+
+
+def test_waiting_legs_stop_taking_new_tasks_once_their_time_is_up(alice) -> None:
+    slow, waiting = submit(alice, "slow_echo", text="a", seconds=0.3), submit(alice, "noop")
+
+    assert runtime.run_waiting_legs(seconds=0.1) == 1  # the slow leg ran to its end
+
+    slow.refresh_from_db()
+    waiting.refresh_from_db()
+    assert slow.status == Status.COMPLETED
+    assert (waiting.status, waiting.leg) == (Status.WORKING, 0)
+    assert Dispatch.objects.get(task=waiting).consumed_at is None
+
+
+@pytest.mark.parametrize(("seconds", "expected"), [(1.0, Status.COMPLETED), (0, Status.WORKING)])
+def test_after_its_own_leg_the_job_runs_waiting_tasks_unless_turned_off(
+    alice, settings, seconds, expected
+) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.tasks import run_task_job
+
+    settings.TASKDESK_WAITING_LEGS_SECONDS = seconds
+    first, other = submit(alice, "noop"), submit(alice, "noop")
+
+    run_task_job(task_id=first.pk, dispatch_id=next_dispatch(first))
+
+    first.refresh_from_db()
+    other.refresh_from_db()
+    assert (first.status, other.status) == (Status.COMPLETED, expected)

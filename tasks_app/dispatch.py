@@ -27,7 +27,7 @@ from datetime import timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.utils import timezone
 
 from tasks_app.models import TERMINAL_STATUSES, Dispatch, Task
@@ -35,6 +35,9 @@ from tasks_app.models import TERMINAL_STATUSES, Dispatch, Task
 log = logging.getLogger(__name__)
 
 RUN_TASK_JOB = "run_task_job"
+# The reason of a record whose leg only undoes the effects of a task that was cancelled while
+# nothing ran (``transitions.request_cancel``).
+COMPENSATE = "compensate"
 
 # One immediate retry, on a fresh connection (a pooled one goes stale when the broker
 # restarts); if that fails too, the record is the sweeper's.
@@ -126,7 +129,8 @@ def publish_pending(*, limit: int = 5000) -> int:
             consumed_at__isnull=True,
             published_at__lte=now - timedelta(seconds=settings.TASKDESK_DISPATCH_REPUBLISH_SECONDS),
         )
-        .exclude(task__status__in=TERMINAL_STATUSES)
+        # A finished task needs no leg, unless it is one undoing a cancelled task's effects.
+        .exclude(Q(task__status__in=TERMINAL_STATUSES) & ~Q(reason=COMPENSATE))
         .order_by("published_at")
     )
     sent = 0

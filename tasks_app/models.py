@@ -115,6 +115,12 @@ class Task(models.Model):
                 condition=Q(status="working"),
                 name="task_working_lease",
             ),
+            # A cancelled task holds a lease only while a leg undoes its effects.
+            models.Index(
+                fields=["lease_expires_at"],
+                condition=Q(status="cancelled", lease_expires_at__isnull=False),
+                name="task_compensating_lease",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -194,6 +200,8 @@ class Effect(models.Model):
     target = models.CharField(max_length=500, blank=True)
     downstream_key = models.CharField(max_length=300, unique=True)
     state = models.CharField(max_length=20, choices=EffectState.choices)
+    # The tool gave a compensate hook: a cancelled task undoes this effect if it happened.
+    compensable = models.BooleanField(default=False)
     detail = models.JSONField(default=dict, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)

@@ -17,7 +17,7 @@ from django.db import connection, transaction
 from django.utils import timezone
 
 from tasks_app import dispatch, rows
-from tasks_app.models import TERMINAL_STATUSES, Actor, Status, Task, event
+from tasks_app.models import TERMINAL_STATUSES, Actor, EffectState, Status, Task, event
 
 ALLOWED: dict[str, set[str]] = {
     Status.WORKING: {Status.INPUT_REQUIRED, Status.COMPLETED, Status.FAILED, Status.CANCELLED},
@@ -239,6 +239,9 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
         task.status == Status.WORKING and not task.lease_owner and first
     ):
         # Nothing is running (suspended for input, or not yet picked up): stop right away.
+        # Effects that already happened and can be undone are undone afterwards, by a leg
+        # that replays the journal to find their compensate hooks.
+        undo = task.effects.filter(state=EffectState.CONFIRMED, compensable=True).exists()
         _move(
             task,
             Status.CANCELLED,
@@ -246,7 +249,10 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
             actor_type=actor_type,
             actor=actor,
             work_stopped=True,
+            compensating=undo,
         )
+        if undo:
+            dispatch.enqueue(task, reason=dispatch.COMPENSATE)
     return task
 
 

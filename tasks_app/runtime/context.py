@@ -36,7 +36,7 @@ from django.db import DatabaseError, transaction
 
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
 from tasks_app import transitions
-from tasks_app.models import Actor, Client, JournalEntry, JournalKind, Task, event
+from tasks_app.models import Actor, Client, JournalEntry, JournalKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.errors import (
     LeaseLost,
@@ -180,6 +180,8 @@ class TaskContext(ToolContext):
             raise TimeLimitExceeded(self.time_limit or 0)
         if self.effect_in_flight is not None or self.cursor <= self._replaying_effects_until:
             return
+        if self.task.status == Status.CANCELLED:  # a leg that undoes a cancelled task's effects
+            raise Cancelled(f"task {self.task_id} was cancelled")
         now = time.monotonic()
         if not fresh and now - self._cancel_checked_at < CANCEL_POLL_SECONDS:
             return

@@ -125,6 +125,7 @@ class EffectScope(EffectHandle):
                 target=self.target,
                 downstream_key=key,
                 state=EffectState.INTENDED,
+                compensable=self.compensate is not None,
             )
             self._event(task, "effect_intended", target=self.target)
         ctx.append(entry)

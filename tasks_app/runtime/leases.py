@@ -28,7 +28,17 @@ from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
 from tasks_app import dispatch, rows
-from tasks_app.models import Actor, Dispatch, JournalEntry, Status, Task, TaskEvent, event
+from tasks_app.models import (
+    Actor,
+    Dispatch,
+    Effect,
+    EffectState,
+    JournalEntry,
+    Status,
+    Task,
+    TaskEvent,
+    event,
+)
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -75,13 +85,13 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
 
 
 def _claim_from_row(task_id: str, owner: str, expires: datetime, row: tuple[Any, ...]) -> Claim:
-    tool_name, arguments, leg, client_id, has_journal = row
+    tool_name, arguments, leg, client_id, has_journal, status = row
     task = Task(
         pk=task_id,
         client_id=client_id,
         tool_name=tool_name,
         arguments=_ARGUMENTS.from_db_value(arguments, None, connection),
-        status=Status.WORKING,
+        status=status,
         leg=leg,
         lease_owner=owner,
         lease_expires_at=expires,
@@ -149,7 +159,7 @@ def _claim_portable(
         if cursor.rowcount != 1:
             return None
     cursor.execute(
-        _sql().claim, [owner, at(expires), at(now), task_id, Status.WORKING.value, at(now)]
+        _sql().claim, [owner, at(expires), at(now), task_id, at(now), Status.WORKING.value]
     )
     row: tuple[Any, ...] | None = cursor.fetchone()
     return row
@@ -197,10 +207,18 @@ def _sql() -> _Statements:
     q = connection.ops.quote_name
     task, journal = q(Task._meta.db_table), q(JournalEntry._meta.db_table)
     dispatch_table, events = q(Dispatch._meta.db_table), q(TaskEvent._meta.db_table)
-    claimable = "status = {working} AND (lease_owner = '' OR lease_expires_at < {now})"
+    effect = q(Effect._meta.db_table)
+    # Working and not leased by a live leg; or cancelled while nothing ran, with effects to
+    # undo (such a leg replays the journal to find their compensate hooks, then undoes them).
+    claimable = (
+        "(lease_owner = '' OR lease_expires_at < {now}) AND (status = {working} OR "
+        f"(status = '{Status.CANCELLED.value}' AND EXISTS (SELECT 1 FROM {effect} e "
+        f"WHERE e.task_id = {task}.id AND e.state = '{EffectState.CONFIRMED.value}' "
+        "AND e.compensable)))"
+    )
     returning = (
         "tool_name, arguments, leg, client_id, "
-        f"EXISTS (SELECT 1 FROM {journal} j WHERE j.task_id = {task}.id)"
+        f"EXISTS (SELECT 1 FROM {journal} j WHERE j.task_id = {task}.id) AS has_journal, status"
     )
     consume = (
         f"UPDATE {dispatch_table} SET consumed_at = %s "
@@ -208,7 +226,7 @@ def _sql() -> _Statements:
     )
     claim = (
         f"UPDATE {task} SET lease_owner = %s, lease_expires_at = %s, leg = leg + 1, "
-        f"updated_at = %s WHERE id = %s AND {claimable.format(working='%s', now='%s')} "
+        f"updated_at = %s WHERE id = %s AND {claimable.format(now='%s', working='%s')} "
         f"RETURNING {returning}"
     )
     claim_postgresql = f"""
@@ -222,7 +240,7 @@ def _sql() -> _Statements:
             WHERE id = %(task)s
               AND {claimable.format(working="%(working)s", now="%(now)s")}
               AND (%(dispatch)s::bigint IS NULL OR EXISTS (SELECT 1 FROM consumed))
-            RETURNING id, {returning} AS has_journal
+            RETURNING id, {returning}
         ), started AS (
             INSERT INTO {events}
                 (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
@@ -230,7 +248,7 @@ def _sql() -> _Statements:
                 jsonb_build_object('leg', leg, 'dispatch', %(dispatch)s::bigint), %(now)s
             FROM claimed
         )
-        SELECT tool_name, arguments, leg, client_id, has_journal FROM claimed
+        SELECT tool_name, arguments, leg, client_id, has_journal, status FROM claimed
     """
     # The same, for the oldest record no leg consumed; SKIP LOCKED lets two workers doing
     # this at once take different records.
@@ -247,7 +265,7 @@ def _sql() -> _Statements:
                 leg = leg + 1, updated_at = %(now)s
             WHERE id = (SELECT task_id FROM consumed)
               AND {claimable.format(working="%(working)s", now="%(now)s")}
-            RETURNING id, {returning} AS has_journal
+            RETURNING id, {returning}
         ), started AS (
             INSERT INTO {events}
                 (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
@@ -257,7 +275,7 @@ def _sql() -> _Statements:
         )
         SELECT consumed.id, consumed.task_id,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
-            claimed.has_journal
+            claimed.has_journal, claimed.status
         FROM consumed LEFT JOIN claimed ON true
     """
     return _Statements(
@@ -280,9 +298,9 @@ def release(task_id: str, owner: str) -> bool:
 def renew(task_id: str, owner: str) -> bool:
     """Push OWNER's lease expiry forward. Return False if the lease is no longer OWNER's."""
     return bool(
-        Task.objects.filter(pk=task_id, lease_owner=owner, status=Status.WORKING).update(
-            lease_expires_at=timezone.now() + _lease_length()
-        )
+        Task.objects.filter(
+            pk=task_id, lease_owner=owner, status__in=[Status.WORKING, Status.CANCELLED]
+        ).update(lease_expires_at=timezone.now() + _lease_length())
     )
 
 
@@ -375,30 +393,34 @@ def held(task_id: str, owner: str) -> Iterator[Lease]:
 
 
 def redispatch_expired_leases(*, limit: int = 500) -> int:
-    """Dispatch a new leg for every working task whose leg stopped renewing its lease (a
-    killed worker). Return how many tasks were re-dispatched.
+    """Dispatch a new leg for every task whose leg stopped renewing its lease (a killed
+    worker): a working task, or a cancelled one whose leg was undoing its effects. Return
+    how many tasks were re-dispatched.
 
     (Messages lost before any leg received them are the dispatch sweeper's: their records
     stay unconsumed and ``dispatch.publish_pending`` publishes them again.)
     """
     now = timezone.now()
-    stale = list(
-        Task.objects.filter(status=Status.WORKING, lease_expires_at__lt=now)
-        .order_by("lease_expires_at")
-        .values_list("pk", "lease_owner", "leg")[:limit]
-    )
+    stale: list[tuple[str, str, str, int]] = []
+    for status in (Status.WORKING, Status.CANCELLED):  # each query has its partial index
+        stale += (
+            Task.objects.filter(status=status, lease_expires_at__lt=now)
+            .order_by("lease_expires_at")
+            .values_list("pk", "status", "lease_owner", "leg")[: limit - len(stale)]
+        )
     revived = 0
-    for task_id, owner, leg in stale:
+    for task_id, status, owner, leg in stale:
         with transaction.atomic():
             # Compare-and-set on the same owner: a leg that renewed in the meantime keeps it.
             taken = Task.objects.filter(
-                pk=task_id, status=Status.WORKING, lease_owner=owner, lease_expires_at__lt=now
+                pk=task_id, status=status, lease_owner=owner, lease_expires_at__lt=now
             ).update(lease_owner="", lease_expires_at=None, updated_at=now)
             if not taken:
                 continue
             task = Task(pk=task_id)
             event(task, "lease_expired", actor_type=Actor.SYSTEM, owner=owner, leg=leg)
-            dispatch.enqueue(task, reason="lease_expired")
+            reason = "lease_expired" if status == Status.WORKING else dispatch.COMPENSATE
+            dispatch.enqueue(task, reason=reason)
         log.info("lease expired task=%s leg=%s owner=%s: dispatched a new leg", task_id, leg, owner)
         revived += 1
     return revived

@@ -28,9 +28,10 @@ from contextlib import contextmanager
 from functools import partial
 from typing import Any
 
-from django.db import close_old_connections, connection
+from django.db import close_old_connections, connection, transaction
 
 from tasks_app import transitions
+from tasks_app.models import Actor, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import compensate_all
@@ -58,6 +59,7 @@ class Outcome(enum.StrEnum):
     AWAITING_OPERATOR = "awaiting_operator"  # an unknown effect needs reconciling
     LEASE_LOST = "lease_lost"  # replaced by another leg; wrote nothing more
     ABORTED = "aborted"  # the runtime's bookkeeping failed; the sweeper re-runs it
+    UNDONE = "undone"  # a task cancelled while nothing ran: its effects were undone
 
 
 def run_leg(*, task_id: str, dispatch_id: int | None = None) -> Outcome:
@@ -105,7 +107,10 @@ def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> Ou
         owner,
     )
     spec = get_tool(task.tool_name)
-    if spec is None:
+    if spec is None and task.status == Status.CANCELLED:
+        log.error("undo leg task=%s: tool %s is not enabled here", task.pk, task.tool_name)
+        outcome = _end_undo(task.pk, owner, leg=task.leg, error="tool not available")
+    elif spec is None:
         error = {
             "code": INTERNAL_ERROR,
             "message": f"Tool {task.tool_name} is not available on this worker "
@@ -117,7 +122,7 @@ def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> Ou
         ctx = TaskContext(task=task, spec=spec, owner=owner, has_journal=claim.has_journal)
         with leases.held(task.pk, owner) as lease:
             ctx.lease = lease
-            outcome = _run(ctx)
+            outcome = _undo(ctx) if task.status == Status.CANCELLED else _run(ctx)
     log.info(
         "leg ended task=%s leg=%s outcome=%s ms=%.0f",
         task.pk,
@@ -144,6 +149,40 @@ def _run(ctx: TaskContext) -> Outcome:
     except LegAborted as exc:
         log.error("leg aborted task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
         return Outcome.ABORTED
+
+
+def _undo(ctx: TaskContext) -> Outcome:
+    """The leg of a task cancelled while nothing ran (``transitions.request_cancel``): replay
+    the journal, which runs no effect again but registers the compensate hooks, up to the
+    checkpoint after the last recorded effect, where the cancellation stops the function;
+    then undo the confirmed effects, newest first. The task stays ``cancelled``."""
+    error = ""
+    try:
+        ending = _call(ctx)
+        if ending.outcome == Outcome.CANCELLED:
+            compensate_all(ctx, reason=Status.CANCELLED)
+        else:
+            error = f"the replay ended {ending.outcome} before reaching the cancellation"
+    except (Suspended, AwaitingReconciliation) as exc:
+        error = f"the replay stopped at {type(exc).__name__}"
+    except LeaseLost as exc:
+        log.warning("undo leg stopped task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
+        return Outcome.LEASE_LOST
+    except LegAborted as exc:  # the lease runs out and the sweeper dispatches a new leg
+        log.error("undo leg aborted task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
+        return Outcome.ABORTED
+    if error:
+        log.warning("undo leg task=%s leg=%s: %s; nothing undone", ctx.task_id, ctx.leg, error)
+    return _end_undo(ctx.task_id, ctx.owner, leg=ctx.leg, error=error)
+
+
+def _end_undo(task_id: str, owner: str, *, leg: int, error: str) -> Outcome:
+    with transaction.atomic():
+        if not leases.release(task_id, owner):
+            return Outcome.LEASE_LOST
+        detail: dict[str, Any] = {"leg": leg} | ({"error": error} if error else {})
+        event(Task(pk=task_id), "undo_finished", actor_type=Actor.WORKER, actor=owner, **detail)
+    return Outcome.UNDONE
 
 
 class _Ending:

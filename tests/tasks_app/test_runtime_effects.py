@@ -7,8 +7,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
-from tasks_app import runtime
-from tasks_app.models import Effect, Status, Task
+from tasks_app import dispatch, runtime, transitions
+from tasks_app.models import Dispatch, Effect, Status, Task
 from tasks_app.runtime import Outcome
 from tests.runtime_toolset import CRASH_IN_EFFECT, RUNS, WorkerDied
 from tests.tasks_app.runtime_helpers import (
@@ -255,3 +255,76 @@ def test_a_question_inside_an_effect_body_is_refused(alice) -> None:
         "an effect body holds only the side effect"
     )
     assert not task.input_requests.exists()
+
+
+# --- a task cancelled while it waited: its effects are undone afterwards ----------------------
+
+
+def test_a_task_cancelled_while_it_waits_is_cancelled_at_once_and_undone_by_a_leg(alice) -> None:
+    task = submit(alice, "charge_then_ask")
+    assert leg(task) == Outcome.SUSPENDED
+    effect = Effect.objects.get(task=task)
+    assert (effect.state, effect.compensable) == ("confirmed", True)
+
+    transitions.request_cancel(task_id=task.pk, actor_type="client", actor="alice")
+
+    task.refresh_from_db()
+    assert task.status == Status.CANCELLED  # at once: nothing was running
+    cancelled = task.events.get(kind="cancelled")
+    assert cancelled.detail == {"work_stopped": True, "compensating": True}
+    assert Effect.objects.get(pk=effect.pk).state == "confirmed"  # not yet undone
+    record = Dispatch.objects.get(task=task, consumed_at__isnull=True)
+    assert record.reason == "compensate"
+
+    assert leg(task) == Outcome.UNDONE
+
+    effect.refresh_from_db()
+    assert effect.state == "compensated"
+    assert RUNS["reserve"] == 1  # replayed, never run again
+    assert RUNS[f"undo:{effect.downstream_key}"] == 1
+    assert task.status == Status.CANCELLED
+    assert (task.lease_owner, task.lease_expires_at) == ("", None)
+    assert events(task)[-5:] == [
+        "cancelled",
+        "input_closed",
+        "leg_started",
+        "effect_compensated",
+        "undo_finished",
+    ]
+    assert not task.input_requests.filter(status="pending").exists()
+    # Nothing is left to undo: another message for the task does nothing.
+    dispatch.enqueue(task, reason="compensate")
+    assert leg(task) == Outcome.SKIPPED
+    assert RUNS[f"undo:{effect.downstream_key}"] == 1
+
+
+def test_a_task_cancelled_with_nothing_to_undo_dispatches_no_leg(alice) -> None:
+    task = submit(alice, "asks_operator")
+    leg(task)
+
+    transitions.request_cancel(task_id=task.pk, actor_type="client", actor="alice")
+
+    task.refresh_from_db()
+    assert task.status == Status.CANCELLED
+    assert task.events.get(kind="cancelled").detail == {"work_stopped": True, "compensating": False}
+    assert not Dispatch.objects.filter(task=task, consumed_at__isnull=True).exists()
+
+
+def test_an_undo_leg_that_died_is_run_again_by_the_sweeper(alice) -> None:
+    task = submit(alice, "charge_then_ask")
+    leg(task)
+    transitions.request_cancel(task_id=task.pk, actor_type="client", actor="alice")
+    # A leg took the lease to undo the effect and was killed before it did.
+    record = Dispatch.objects.get(task=task, consumed_at__isnull=True)
+    record.consumed_at = timezone.now()
+    record.save()
+    Task.objects.filter(pk=task.pk).update(
+        lease_owner="dead:1:abc", lease_expires_at=timezone.now() - timedelta(seconds=1)
+    )
+
+    assert runtime.redispatch_expired_leases() == 1
+
+    assert Dispatch.objects.get(task=task, consumed_at__isnull=True).reason == "compensate"
+    assert leg(task) == Outcome.UNDONE
+    assert Effect.objects.get(task=task).state == "compensated"
+    assert "lease_expired" in events(task)

@@ -41,6 +41,15 @@ def test_it_shows_status_arguments_questions_effects_and_timeline(client, operat
         state="confirmed",
         detail={"refund_id": "rf_1"},
     )
+    Effect.objects.create(
+        task=task,
+        seq=2,
+        name="hold",
+        target="pay_9",
+        downstream_key=f"{task.pk}:hold:2",
+        state="compensated",
+        compensable=True,
+    )
     task_transitions.complete(
         task_id=task.pk, result={"content": [{"type": "text", "text": "refunded rf_1"}]}
     )
@@ -54,6 +63,7 @@ def test_it_shows_status_arguments_questions_effects_and_timeline(client, operat
     assert "refunded rf_1" in html
     assert "Approve?" in html and "olga via inbox" in html
     assert "<td>refund</td>" in html and "Confirmed" in html and f"{task.pk}:refund:1" in html
+    assert "<td>hold <span" in html and "(undoable)</span></td>" in html and "Compensated" in html
     for kind in ("input_requested", "input_answered", "resumed", "completed"):
         assert f"<strong>{kind}</strong>" in html
     # A finished task's page stops polling.

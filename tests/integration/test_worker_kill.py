@@ -125,12 +125,18 @@ def test_pool_processes_killed_while_waiting_for_a_job_leave_the_worker_running(
 ) -> None:
     # A pool process waiting for its next job is the one that would hold the lock of a job
     # pipe shared by the whole pool: killing each idle process in turn would stop such a worker.
+    # First a task, so the worker is past its start-up (Celery gives up on a pool whose
+    # processes die before its first check that they started).
+    terminal(submit(alice, "noop"), timeout=30)
     for pid in pool_restored(stack):
         kill(stack, pid)
         pool_restored(stack)
 
     task = submit(alice, "export_report", quarter="Q2", rows=10)
-    terminal(task, timeout=30)
+    try:
+        terminal(task, timeout=30)
+    except AssertionError as exc:
+        raise AssertionError(f"{exc}\n{describe([task])}\n{stack.log('worker')[-6000:]}") from None
 
     assert task.status == Status.COMPLETED
     assert task.result["isError"] is False

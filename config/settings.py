@@ -297,7 +297,14 @@ if _broker_scheme == "filesystem":
 elif _broker_scheme.startswith("redis"):
     # Unacked messages of a dead worker come back after this long; the lease sweeper usually
     # re-dispatches sooner, and the lease makes the late copy a no-op.
-    CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+    # A receipt waits for one publish (tasks_app.dispatch): bound it when Redis goes away
+    # without closing the connection, so the record falls to the sweeper instead. The
+    # worker's blocking reads (BRPOP, 1 s) stay well inside the read timeout.
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "visibility_timeout": 3600,
+        "socket_connect_timeout": 2,
+        "socket_timeout": 5,
+    }
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True

@@ -76,9 +76,6 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
     else:
         with transaction.atomic(), connection.cursor() as cursor:
             row = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
-            if row is not None:
-                event(Task(pk=task_id), "leg_started", actor_type=Actor.WORKER, actor=owner,
-                      leg=row[2], dispatch=dispatch_id)  # fmt: skip
     if row is None:
         return None
     return _claim_from_row(task_id, owner, expires, row)
@@ -112,14 +109,7 @@ def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
     expires = now + _lease_length()
     if connection.vendor == "postgresql":
         row = rows.fetch_prepared(
-            _sql().claim_next_postgresql,
-            {
-                "now": now,
-                "expires": expires,
-                "owner": owner,
-                "working": Status.WORKING.value,
-                "worker": Actor.WORKER.value,
-            },
+            _sql().claim_next_postgresql, _claim_params(owner=owner, now=now, expires=expires)
         )
         if row is None:
             return None
@@ -137,9 +127,6 @@ def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
             dispatch_id, task_id = record
             with connection.cursor() as cursor:
                 claimed = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
-            if claimed is not None:
-                event(Task(pk=task_id), "leg_started", actor_type=Actor.WORKER, actor=owner,
-                      leg=claimed[2], dispatch=dispatch_id)  # fmt: skip
     if claimed is None or claimed[0] is None:
         return dispatch_id, None
     return dispatch_id, _claim_from_row(task_id, owner, expires, tuple(claimed))
@@ -162,6 +149,9 @@ def _claim_portable(
         _sql().claim, [owner, at(expires), at(now), task_id, at(now), Status.WORKING.value]
     )
     row: tuple[Any, ...] | None = cursor.fetchone()
+    if row is not None:
+        event(Task(pk=task_id), "leg_started", actor_type=Actor.WORKER, actor=owner, leg=row[2],
+              dispatch=dispatch_id)  # fmt: skip
     return row
 
 
@@ -174,18 +164,20 @@ def _claim_postgresql(
 ) -> tuple[Any, ...] | None:
     # One round trip: consume the record, claim the task and write the leg_started event,
     # as data-modifying CTEs of a single statement.
+    params = _claim_params(owner=owner, now=now, expires=expires)
     return rows.fetch_prepared(
-        _sql().claim_postgresql,
-        {
-            "now": now,
-            "expires": expires,
-            "owner": owner,
-            "task": task_id,
-            "dispatch": dispatch_id,
-            "working": Status.WORKING.value,
-            "worker": Actor.WORKER.value,
-        },
+        _sql().claim_postgresql, {**params, "task": task_id, "dispatch": dispatch_id}
     )
+
+
+def _claim_params(*, owner: str, now: datetime, expires: datetime) -> dict[str, Any]:
+    return {
+        "now": now,
+        "expires": expires,
+        "owner": owner,
+        "working": Status.WORKING.value,
+        "worker": Actor.WORKER.value,
+    }
 
 
 _ARGUMENTS = Task._meta.get_field("arguments")

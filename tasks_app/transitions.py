@@ -11,13 +11,23 @@ Lock order: a Task row is always locked before any of its InputRequest or Effect
 
 from __future__ import annotations
 
+from functools import cache
 from typing import Any
 
-from django.db import connection, transaction
+from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
 from django.utils import timezone
+from psycopg.types.json import Jsonb
 
 from tasks_app import dispatch, rows
-from tasks_app.models import TERMINAL_STATUSES, Actor, EffectState, Status, Task, event
+from tasks_app.models import (
+    TERMINAL_STATUSES,
+    Actor,
+    EffectState,
+    Status,
+    Task,
+    TaskEvent,
+    event,
+)
 
 ALLOWED: dict[str, set[str]] = {
     Status.WORKING: {Status.INPUT_REQUIRED, Status.COMPLETED, Status.FAILED, Status.CANCELLED},
@@ -94,8 +104,8 @@ def _end_leased(
     assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
     now = timezone.now()
     if connection.vendor == "postgresql":
-        ended = rows.end_leased(task_id=task_id, to=to, owner=lease_owner, kind=kind,
-                                actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
+        ended = _end_leased_postgresql(task_id=task_id, to=to, owner=lease_owner, kind=kind,
+                                        actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
         if not ended:
             raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
         return Task(pk=task_id, status=to, finished_at=now, **fields)
@@ -110,6 +120,92 @@ def _end_leased(
               new_status=to, **detail)  # fmt: skip
         _close_pending_requests(task, reason=to)
     return task
+
+
+# --- a leg ending its task ----------------------------------------------------------------
+
+_END_LEASED = """
+WITH ended AS (
+    UPDATE {task} SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s,
+        lease_owner = '', lease_expires_at = NULL{assignments}
+    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
+    RETURNING id
+), closed AS (
+    UPDATE {request} SET status = %(cancelled)s
+    WHERE task_id IN (SELECT id FROM ended) AND status = %(pending)s
+    RETURNING key
+), written AS (
+    INSERT INTO {event}
+        (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
+    SELECT task_id, kind, actor_type, actor, old_status, new_status, detail, %(now)s
+    FROM (
+        SELECT 1 AS n, id AS task_id, %(kind)s AS kind, %(worker)s AS actor_type,
+            %(actor)s AS actor, %(working)s AS old_status, %(to)s AS new_status,
+            %(detail)s::jsonb AS detail
+        FROM ended
+        UNION ALL
+        SELECT 2, %(task_id)s, 'input_closed', %(system)s, '', '', '',
+            jsonb_build_object('keys', (SELECT jsonb_agg(key ORDER BY key) FROM closed),
+                               'reason', %(to)s)
+        WHERE EXISTS (SELECT 1 FROM closed)
+    ) AS rows
+    ORDER BY n
+)
+SELECT count(*) FROM ended
+"""
+
+
+@cache
+def _end_leased_sql(names: tuple[str, ...]) -> str:
+    from elicitations.models import InputRequest
+
+    q = connections[DEFAULT_DB_ALIAS].ops.quote_name
+    return _END_LEASED.format(
+        task=q(Task._meta.db_table),
+        request=q(InputRequest._meta.db_table),
+        event=q(TaskEvent._meta.db_table),
+        assignments="".join(f", {q(name)} = %({name})s" for name in names),
+    )
+
+
+def _end_leased_postgresql(
+    *,
+    task_id: str,
+    to: str,
+    owner: str,
+    kind: str,
+    actor: str,
+    fields: dict[str, Any],
+    detail: dict[str, Any],
+    now: Any,
+) -> bool:
+    """PostgreSQL only: end leased task TASK_ID in status TO in one statement (so in one
+    round trip, and atomic without a transaction block): set FIELDS, clear the lease, write
+    the KIND event, close pending input requests and record that. Return False, having
+    written nothing, if OWNER no longer holds the lease of a working task."""
+    from elicitations.models import RequestStatus
+
+    db = connections[DEFAULT_DB_ALIAS]
+    params: dict[str, Any] = {
+        name: Task._meta.get_field(name).get_db_prep_save(value, connection=db)
+        for name, value in fields.items()
+    }
+    params.update(
+        task_id=task_id,
+        to=to,
+        owner=owner,
+        kind=kind,
+        actor=actor,
+        detail=Jsonb(detail),
+        now=now,
+        working=Status.WORKING.value,
+        cancelled=RequestStatus.CANCELLED.value,
+        pending=RequestStatus.PENDING.value,
+        worker=Actor.WORKER.value,
+        system=Actor.SYSTEM.value,
+    )
+    row = rows.fetch_prepared(_end_leased_sql(tuple(sorted(fields))), params)
+    return bool(row and row[0])
 
 
 @transaction.atomic

@@ -37,7 +37,19 @@ from pathlib import Path
 
 import httpx
 import psycopg
-from common import BIN, DOCS, POSTGRES, ROOT, database, free_port, manage, proc_cpu, process, say
+from common import (
+    BIN,
+    DOCS,
+    POSTGRES,
+    ROOT,
+    database,
+    free_port,
+    manage,
+    proc_cpu,
+    process,
+    say,
+    stack_env,
+)
 
 START, END = "<!-- acceptance-bench:start -->", "<!-- acceptance-bench:end -->"
 
@@ -252,21 +264,8 @@ def main() -> None:
     web_port, redis_port = free_port(), free_port()
     results: list[Figures] = []
     with database("taskdesk_bench") as dsn:
-        env = {
-            **os.environ,
-            "DATABASE_URL": dsn,
-            "CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "TASKDESK_VAR_DIR": str(workdir),
-            "HOST": "127.0.0.1",
-            "TASKDESK_PORT": str(web_port),
-            "PORT": str(web_port),
-            "TASKDESK_TOOLSETS": "demo",
-            "LOG_LEVEL": "WARNING",
-            "DJANGO_SETTINGS_MODULE": "config.settings",
-        }
-        for name in ("WEB_WORKERS", "WEB_THREADS", "DEBUG"):
-            env.pop(name, None)  # the production configuration, not a developer's
+        env = stack_env(dsn, workdir, web_port=web_port, redis_port=redis_port,
+                        toolsets="demo", log_level="WARNING")  # fmt: skip
         say(f"database {dsn.rsplit('/', 1)[1]}, Redis on port {redis_port}, web on {web_port}")
         manage(env, "migrate", "--noinput", "-v0")
         token = manage(env, "create_client_token", "--client", "bench", "--tenant", "bench")

@@ -64,6 +64,30 @@ def process(
                 proc.wait(5)
 
 
+def stack_env(
+    dsn: str, workdir: Path, *, web_port: int, redis_port: int, toolsets: str, log_level: str
+) -> dict[str, str]:
+    """The environment of the processes a benchmark starts: its own database, Redis and var
+    folder, and the production configuration rather than a developer's overrides."""
+    env = {
+        **os.environ,
+        "DATABASE_URL": dsn,
+        "CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "TASKDESK_VAR_DIR": str(workdir),
+        "HOST": "127.0.0.1",
+        "TASKDESK_PORT": str(web_port),
+        "PORT": str(web_port),
+        "TASKDESK_TOOLSETS": toolsets,
+        "LOG_LEVEL": log_level,
+        "DJANGO_SETTINGS_MODULE": "config.settings",
+        "PYTHONUNBUFFERED": "1",
+    }
+    for name in ("WEB_WORKERS", "WEB_THREADS", "DEBUG"):
+        env.pop(name, None)
+    return env
+
+
 def manage(env: dict[str, str], *args: str) -> str:
     done = subprocess.run(
         [str(BIN / "python"), "manage.py", *args],

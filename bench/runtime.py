@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import re
-import secrets
 import shutil
 import statistics
 import subprocess
@@ -43,7 +42,19 @@ from typing import Any
 
 import httpx
 import psycopg
-from common import BIN, DOCS, POSTGRES, ROOT, database, free_port, manage, proc_cpu, process, say
+from common import (
+    BIN,
+    DOCS,
+    POSTGRES,
+    ROOT,
+    database,
+    free_port,
+    manage,
+    proc_cpu,
+    process,
+    say,
+    stack_env,
+)
 
 START, END = "<!-- runtime-bench:start -->", "<!-- runtime-bench:end -->"
 
@@ -314,20 +325,8 @@ def main() -> None:
     web_port, redis_port = free_port(), free_port()
     machine = machine_line()
     with database("taskdesk_bench_runtime") as dsn:
-        env = {
-            **os.environ,
-            "DATABASE_URL": dsn,
-            "CELERY_BROKER_URL": f"redis://127.0.0.1:{redis_port}/0",
-            "SECRET_KEY": secrets.token_urlsafe(50),
-            "TASKDESK_VAR_DIR": str(workdir),
-            "HOST": "127.0.0.1",
-            "TASKDESK_PORT": str(web_port),
-            "PORT": str(web_port),
-            "TASKDESK_TOOLSETS": "demo,bench.noop_tools",
-            "LOG_LEVEL": LOG_LEVEL,
-            "PYTHONUNBUFFERED": "1",
-        }
-        env.pop("WEB_WORKERS", None)  # the production worker count for this machine
+        env = stack_env(dsn, workdir, web_port=web_port, redis_port=redis_port,
+                        toolsets="demo,bench.noop_tools", log_level=LOG_LEVEL)  # fmt: skip
         redis_args = [redis_server, "--port", str(redis_port), "--bind", "127.0.0.1"]
         redis_args += ["--save", "", "--appendonly", "no"]
         with process(redis_args, env=env, log=workdir / "redis.log") as redis:

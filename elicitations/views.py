@@ -18,10 +18,10 @@ from django_htmx.http import trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from elicitations import selectors, transitions
-from elicitations.decorators import operator_login_required
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm
 from elicitations.models import Channel, InputRequest
 from elicitations.transitions import Outcome
+from tasks_app.operators import operator_login_required
 
 # Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
 INBOX_CHANGED = "inbox-changed"

@@ -5,9 +5,9 @@ from django.shortcuts import render
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from elicitations.decorators import operator_login_required
 from elicitations.selectors import input_requests_of_task
 from tasks_app import health, selectors
+from tasks_app.operators import operator_login_required
 
 
 @require_GET

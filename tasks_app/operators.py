@@ -1,4 +1,4 @@
-"""Access decorators for the operator pages."""
+"""Who may use the operator pages: the login decorator every page shares."""
 
 from __future__ import annotations
 

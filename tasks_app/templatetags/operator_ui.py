@@ -12,11 +12,8 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django import template
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
 from django.utils import timezone
 from django.utils.timesince import timesince
-
-from elicitations import selectors
 
 register = template.Library()
 
@@ -54,11 +51,3 @@ def age(moment: datetime | None) -> str:
 @register.filter
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
-
-
-@register.simple_tag
-def inbox_count_for(user: AbstractBaseUser | AnonymousUser) -> int:
-    """How many questions wait for USER in the inbox (0 for anonymous visitors)."""
-    if not user.is_authenticated:
-        return 0
-    return selectors.inbox_count(user=user)

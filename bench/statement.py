@@ -20,10 +20,10 @@ def main() -> None:
 
     django.setup()
     from django.db import connection
-    from psycopg import sql
+    from psycopg import sql as psql
     from psycopg.types.json import Jsonb
 
-    from tasks_app import acceptance, rows
+    from tasks_app import acceptance, sql
     from tasks_app.models import Actor, Client, Era
     from tasks_app.tools import get_tool
 
@@ -32,19 +32,21 @@ def main() -> None:
     normalized = tool.normalize_arguments({"text": "bench", "seconds": 1})
     fingerprint = acceptance.fingerprint(tool, normalized)
     client = Client.objects.get(name="bench")
-    task = acceptance._new_task(client, tool, normalized, fingerprint, "k", Era.MODERN)
+    task = acceptance.new_task(client, tool, normalized, fingerprint, "k", Era.MODERN)
     connection.ensure_connection()
-    params = {c.name: c.value(task, connection) for c in rows.task_columns()}
+    params = {c.name: c.value(task, connection) for c in sql.task_columns()}
     params.update(
         actor_type=Actor.CLIENT.value,
         actor=client.name,
         now=task.created_at,
         detail=Jsonb({"era": task.era, "carrier": "header"}),
     )
-    literals = {k: sql.Literal(v).as_string(connection.connection) for k, v in params.items()}
+    literals = {k: psql.Literal(v).as_string(connection.connection) for k, v in params.items()}
     literals["id"] = "md5(random()::text)"
     literals["idempotency_key"] = "'pgbench-' || :key"
-    text = acceptance._insert_or_get_sql()
+    hot_path = sql.hot_path()
+    assert isinstance(hot_path, sql.PostgreSQL)
+    text = hot_path.insert_or_get_sql
     for name, value in literals.items():
         text = text.replace(f"%({name})s", value)
     print(" ".join(text.split()) + ";")

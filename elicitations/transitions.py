@@ -4,8 +4,12 @@ Every change writes a ``TaskEvent`` on the request's task in the same transactio
 handlers (``tasks/update``, the MRTR retry, the 2025 ``elicitation/create`` response), the
 inbox views, the deadline job and the task runtime all call these functions.
 
+``PendingQuestions`` is the implementation of ``tasks_app.seams.PendingQuestions``: when a
+task ends, ``tasks_app.transitions`` closes its pending requests through it (registered in
+``elicitations.apps``), so this module stays the only writer of the status.
+
 Lock order: the Task row first, then its InputRequest rows (the same order as
-``tasks_app.transitions``, which closes pending requests when a task ends). Answers for one
+``tasks_app.transitions``, whose end of a task closes pending requests through the seam). Answers for one
 task are therefore serialized on the task row, so two answers can never both see a request
 pending and the last answer of a task dispatches exactly one new leg.
 """
@@ -33,7 +37,8 @@ from elicitations.models import (
 )
 from elicitations.schemas import UnsupportedSchema
 from tasks_app import transitions as task_transitions
-from tasks_app.models import Actor, Client, Status, Task, event
+from tasks_app.models import Actor, Client, EventKind, Status, Task, event
+from tasks_app.seams import StatementPart
 
 EMPTY_FORM: dict[str, Any] = {"type": "object", "properties": {}}
 ACTIONS = {
@@ -49,7 +54,7 @@ class TaskClosed(ValueError):
     """A question was asked for a task that has already ended."""
 
 
-class Outcome(enum.StrEnum):
+class AnswerResult(enum.StrEnum):
     RECORDED = "recorded"  # this answer won and is now the request's answer
     ALREADY_ANSWERED = "already_answered"  # someone answered first; nothing changed
     INVALID = "invalid"  # the answer does not fit the schema; the request stays pending
@@ -59,7 +64,7 @@ class Outcome(enum.StrEnum):
 
 @dataclass(frozen=True)
 class AnswerOutcome:
-    outcome: Outcome
+    outcome: AnswerResult
     request: InputRequest | None = None
     errors: tuple[str, ...] = ()
     # True when this answer was the task's last pending one and a new leg was dispatched.
@@ -67,7 +72,7 @@ class AnswerOutcome:
 
     @property
     def recorded(self) -> bool:
-        return self.outcome is Outcome.RECORDED
+        return self.outcome is AnswerResult.RECORDED
 
 
 # --- asking -----------------------------------------------------------------------------------
@@ -174,7 +179,7 @@ def open_request(
     )
     event(
         locked,
-        "input_requested",
+        EventKind.INPUT_REQUESTED,
         actor_type=Actor.WORKER,
         key=request.key,
         ask_key=ask_key,
@@ -271,21 +276,21 @@ def answer(
         )
         if request is None:
             # Unknown keys are ignored (MCP: tasks/update SHOULD ignore them); nothing to record.
-            return AnswerOutcome(Outcome.UNKNOWN_KEY)
+            return AnswerOutcome(AnswerResult.UNKNOWN_KEY)
         request.task = locked
         actor_type, actor = _party(task=locked, channel=channel, client=client, user=user)
         refusal = _refusal(request, channel=channel, client=client, user=user)
         if refusal:
             event(
                 locked,
-                "input_answer_refused",
+                EventKind.INPUT_ANSWER_REFUSED,
                 actor_type=actor_type,
                 actor=actor,
                 key=key,
                 channel=channel,
                 reason=refusal,
             )
-            return AnswerOutcome(Outcome.NOT_ALLOWED, request, (refusal,))
+            return AnswerOutcome(AnswerResult.NOT_ALLOWED, request, (refusal,))
         action, stored, errors = _check_response(request, response)
         if request.status != RequestStatus.PENDING:
             return _late(locked, request, action, channel=channel, actor=(actor_type, actor))
@@ -304,7 +309,7 @@ def answer(
             return _late(locked, request, action, channel=channel, actor=(actor_type, actor))
         event(
             locked,
-            "input_answered",
+            EventKind.INPUT_ANSWERED,
             actor_type=actor_type,
             actor=actor,
             key=key,
@@ -313,7 +318,7 @@ def answer(
             content=stored.get("content"),
         )
         resumed = _resume_if_done(locked, actor_type=actor_type, actor=actor)
-        return AnswerOutcome(Outcome.RECORDED, request, resumed=resumed)
+        return AnswerOutcome(AnswerResult.RECORDED, request, resumed=resumed)
 
 
 def _settle(
@@ -347,7 +352,7 @@ def _late(
 ) -> AnswerOutcome:
     event(
         task,
-        "input_answer_ignored",
+        EventKind.INPUT_ANSWER_IGNORED,
         actor_type=actor[0],
         actor=actor[1],
         key=request.key,
@@ -356,7 +361,7 @@ def _late(
         reason=f"already {request.status}",
         answered_by=request.answered_by,
     )
-    return AnswerOutcome(Outcome.ALREADY_ANSWERED, request)
+    return AnswerOutcome(AnswerResult.ALREADY_ANSWERED, request)
 
 
 def _invalid(
@@ -364,7 +369,7 @@ def _invalid(
 ) -> AnswerOutcome:
     event(
         task,
-        "input_answer_rejected",
+        EventKind.INPUT_ANSWER_REJECTED,
         actor_type=actor[0],
         actor=actor[1],
         key=request.key,
@@ -376,7 +381,7 @@ def _invalid(
             task_id=task.pk,
             message=f"The answer to {request.key} was not accepted: {'; '.join(errors)}",
         )
-    return AnswerOutcome(Outcome.INVALID, request, tuple(errors))
+    return AnswerOutcome(AnswerResult.INVALID, request, tuple(errors))
 
 
 def _resume_if_done(task: Task, *, actor_type: str, actor: str, reason: str = "answered") -> bool:
@@ -430,7 +435,7 @@ def _expire_one(request_id: int, task_id: str, now: datetime) -> bool:
     _settle(request, status=RequestStatus.EXPIRED, answer=stored, channel=Channel.DEADLINE)
     event(
         locked,
-        "input_expired",
+        EventKind.INPUT_EXPIRED,
         actor_type=Actor.SYSTEM,
         key=request.key,
         on_timeout=policy,
@@ -450,3 +455,31 @@ def _expire_one(request_id: int, task_id: str, now: datetime) -> bool:
     else:
         _resume_if_done(locked, actor_type=Actor.SYSTEM, actor="", reason="deadline")
     return True
+
+
+# --- closing the questions of a task that ended ------------------------------------------------
+
+
+class PendingQuestions:
+    """``tasks_app.seams.PendingQuestions``: close what a task that ended still asks."""
+
+    def close(self, task: Task, *, reason: str) -> None:
+        pending = InputRequest.objects.filter(task_id=task.pk, status=RequestStatus.PENDING)
+        closed = list(pending.order_by("key").values_list("key", flat=True))
+        if closed:
+            InputRequest.objects.filter(task_id=task.pk, key__in=closed).update(
+                status=RequestStatus.CANCELLED
+            )
+            event(task, EventKind.INPUT_CLOSED, actor_type=Actor.SYSTEM, keys=closed, reason=reason)
+
+    def closing_statement(self) -> StatementPart:
+        table = InputRequest._meta.db_table
+        return StatementPart(
+            f'UPDATE "{table}" SET status = %(question_closed)s '
+            "WHERE task_id IN (SELECT id FROM ended) AND status = %(question_pending)s "
+            "RETURNING key",
+            {
+                "question_closed": RequestStatus.CANCELLED.value,
+                "question_pending": RequestStatus.PENDING.value,
+            },
+        )

@@ -20,7 +20,7 @@ from django_htmx.middleware import HtmxDetails
 from elicitations import selectors, transitions
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm
 from elicitations.models import Channel, InputRequest
-from elicitations.transitions import Outcome
+from elicitations.transitions import AnswerResult
 from tasks_app.operators import operator_login_required
 
 # Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
@@ -79,11 +79,11 @@ def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
         channel=Channel.INBOX,
         user=request.user,
     )
-    if outcome.outcome is Outcome.RECORDED:
+    if outcome.outcome is AnswerResult.RECORDED:
         return _answered(request, outcome.request or question)
-    if outcome.outcome is Outcome.ALREADY_ANSWERED:
+    if outcome.outcome is AnswerResult.ALREADY_ANSWERED:
         return _page(request, outcome.request or question, form=None, already=True)
-    if outcome.outcome is Outcome.INVALID:
+    if outcome.outcome is AnswerResult.INVALID:
         for error in outcome.errors:
             form.add_error(None, error)
         return _page(request, question, form=form)

@@ -138,11 +138,51 @@ class Actor(models.TextChoices):
     SYSTEM = "system"
 
 
+class EventKind(models.TextChoices):
+    """Every kind of entry a task's timeline can hold: the one vocabulary of ``TaskEvent``."""
+
+    # acceptance
+    ACCEPTED = "accepted"
+    DUPLICATE_SUBMISSION = "duplicate_submission"
+    # status changes (tasks_app.transitions)
+    INPUT_REQUIRED = "input_required"
+    RESUMED = "resumed"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCEL_REQUESTED = "cancel_requested"
+    CANCELLED = "cancelled"
+    EXPIRED = "expired"
+    # legs and leases (tasks_app.runtime)
+    LEG_STARTED = "leg_started"
+    LEG_SUSPENDED = "leg_suspended"
+    LEASE_EXPIRED = "lease_expired"
+    UNDO_FINISHED = "undo_finished"
+    # the effects ledger (tasks_app.runtime.effects)
+    EFFECT_INTENDED = "effect_intended"
+    EFFECT_CONFIRMED = "effect_confirmed"
+    EFFECT_FAILED = "effect_failed"
+    EFFECT_UNKNOWN = "effect_unknown"
+    EFFECT_VERIFIED = "effect_verified"
+    EFFECT_RETRIED = "effect_retried"
+    EFFECT_NEEDS_RECONCILIATION = "effect_needs_reconciliation"
+    EFFECT_RECONCILED = "effect_reconciled"
+    EFFECT_COMPENSATED = "effect_compensated"
+    EFFECT_COMPENSATION_FAILED = "effect_compensation_failed"
+    # questions (elicitations.transitions)
+    INPUT_REQUESTED = "input_requested"
+    INPUT_ANSWERED = "input_answered"
+    INPUT_ANSWER_REJECTED = "input_answer_rejected"
+    INPUT_ANSWER_IGNORED = "input_answer_ignored"
+    INPUT_ANSWER_REFUSED = "input_answer_refused"
+    INPUT_EXPIRED = "input_expired"
+    INPUT_CLOSED = "input_closed"
+
+
 class TaskEvent(models.Model):
     """Append-only timeline of a task: what happened, who did it, when."""
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
-    kind = models.CharField(max_length=50)
+    kind = models.CharField(max_length=50, choices=EventKind.choices)
     actor_type = models.CharField(max_length=20, choices=Actor.choices)
     actor = models.CharField(max_length=200, blank=True)
     old_status = models.CharField(max_length=20, blank=True)
@@ -291,7 +331,7 @@ class WorkerHeartbeat(models.Model):
 
 def event(
     task: Task,
-    kind: str,
+    kind: EventKind,
     *,
     actor_type: str,
     actor: str = "",

@@ -16,7 +16,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from tasks_app import transitions
-from tasks_app.models import TERMINAL_STATUSES, Actor, Task, event
+from tasks_app.models import TERMINAL_STATUSES, Actor, EventKind, Task, event
 
 log = logging.getLogger(__name__)
 
@@ -79,6 +79,12 @@ def expire_unfinished(*, now: datetime) -> int:
                 continue  # finished or purged meanwhile
             task.expires_at = now + grace
             task.save(update_fields=["expires_at", "updated_at"])
-            event(task, "expired", actor_type=Actor.SYSTEM, actor="retention", ttl_ms=task.ttl_ms)
+            event(
+                task,
+                EventKind.EXPIRED,
+                actor_type=Actor.SYSTEM,
+                actor="retention",
+                ttl_ms=task.ttl_ms,
+            )
         expired += 1
     return expired

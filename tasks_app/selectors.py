@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import time
+
 from django.db.models import QuerySet
 
-from tasks_app import rows
+from tasks_app import sql
 from tasks_app.models import Client, Task
 
 
@@ -14,7 +16,7 @@ class TaskNotFound(Exception):
 
 def task_get_for_client(*, client: Client, task_id: str) -> Task:
     """Return CLIENT's task TASK_ID. Another client's task is reported exactly like a missing one."""
-    task = rows.task_for_client(client.pk, task_id)
+    task = sql.hot_path().task_for_client(client.pk, task_id)
     if task is None:
         raise TaskNotFound(task_id)
     return task
@@ -39,3 +41,23 @@ def task_get_for_operator(*, user, task_id: str) -> Task:  # type: ignore[no-unt
         return tasks_visible_to(user).get(pk=task_id)
     except (Task.DoesNotExist, ValueError):
         raise TaskNotFound(task_id) from None
+
+
+def wait_for_outcome(task_id: str, timeout: float) -> Task:
+    """Return task TASK_ID once it is terminal, or as it is when TIMEOUT seconds ran out.
+
+    Polls the database (each read sees the latest commit), quickly at first and then every
+    quarter second. Raise TaskNotFound if the task no longer exists. Call it outside any
+    transaction.
+    """
+    deadline = time.monotonic() + timeout
+    delay = 0.02
+    while True:
+        task = Task.objects.filter(pk=task_id).first()
+        if task is None:
+            raise TaskNotFound(task_id)
+        left = deadline - time.monotonic()
+        if task.is_terminal or left <= 0:
+            return task
+        time.sleep(min(delay, left))
+        delay = min(delay * 1.5, 0.25)

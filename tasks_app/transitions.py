@@ -1,5 +1,9 @@
 """The only code that changes ``Task.status``.
 
+(The single-statement end of a leased task is SQL in ``tasks_app.sql``; only this module runs
+it.) A task that ends closes its pending questions through ``tasks_app.seams``, in the same
+transaction or statement.
+
 Each function locks the row (``select_for_update``; on SQLite the IMMEDIATE transaction
 serializes writers instead), checks the allowed-transition table, saves with
 ``update_fields``, writes a ``TaskEvent`` in the same transaction and schedules follow-up
@@ -11,21 +15,19 @@ Lock order: a Task row is always locked before any of its InputRequest or Effect
 
 from __future__ import annotations
 
-from functools import cache
 from typing import Any
 
-from django.db import DEFAULT_DB_ALIAS, connection, connections, transaction
+from django.db import transaction
 from django.utils import timezone
-from psycopg.types.json import Jsonb
 
-from tasks_app import dispatch, rows
+from tasks_app import dispatch, seams, sql
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
     EffectState,
+    EventKind,
     Status,
     Task,
-    TaskEvent,
     event,
 )
 
@@ -45,8 +47,13 @@ class InvalidTransition(Exception):
         self.to = to
 
 
-class LeaseLost(Exception):
-    """A leg tried to end a task whose lease another leg holds now (it was presumed dead)."""
+class LeaseLost(BaseException):
+    """A leg tried to change a task whose lease another leg holds now (it was presumed dead).
+
+    The runtime raises it too, to unwind a leg that lost its lease: like the runtime's other
+    leg interrupts it derives from ``BaseException``, so that a tool's ``except Exception:``
+    cannot swallow it.
+    """
 
 
 def is_allowed(old: str, new: str) -> bool:
@@ -61,7 +68,7 @@ def _move(
     task: Task,
     to: str,
     *,
-    kind: str,
+    kind: EventKind,
     actor_type: str,
     actor: str,
     fields: dict[str, Any] | None = None,
@@ -77,143 +84,47 @@ def _move(
         update.append(name)
     if to in TERMINAL_STATUSES:
         task.finished_at = timezone.now()
-        task.lease_owner, task.lease_expires_at = "", None
-        update += ["finished_at", "lease_owner", "lease_expires_at"]
+        update.append("finished_at")
     task.save(update_fields=update)
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
     if to in TERMINAL_STATUSES:
-        _close_pending_requests(task, reason=to)
+        if task.lease_owner:  # a terminal task holds no lease (a leg still running loses it)
+            sql.hot_path().release(task_id=task.pk, owner=None, now=task.finished_at)
+            task.lease_owner, task.lease_expires_at = "", None
+        seams.pending_questions().close(task, reason=to)
     return task
 
 
 def _end_leased(
     task_id: str,
-    to: str,
+    to: Status,
     *,
     lease_owner: str,
-    kind: str,
+    kind: EventKind,
     actor: str,
     fields: dict[str, Any],
     **detail: Any,
 ) -> Task:
     """``_move`` to a terminal status for the leg that holds the task's lease: a leased task is
-    working, so a compare-and-set UPDATE on (working, lease owner) replaces the locking read
-    on this hot path (on PostgreSQL, one statement that also writes the event and closes
+    working, so a compare-and-set on (working, lease owner) replaces the locking read on this
+    hot path (``sql``: on PostgreSQL one statement that also writes the event and closes
     pending questions). Raise LeaseLost if another leg holds the task now. Return a partial
     instance (the fields written)."""
     assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
     now = timezone.now()
-    if connection.vendor == "postgresql":
-        ended = _end_leased_postgresql(task_id=task_id, to=to, owner=lease_owner, kind=kind,
-                                        actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
-        if not ended:
-            raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
-        return Task(pk=task_id, status=to, finished_at=now, **fields)
-    with transaction.atomic():
-        leased = Task.objects.filter(pk=task_id, status=Status.WORKING, lease_owner=lease_owner)
-        changed = leased.update(status=to, updated_at=now, finished_at=now, lease_owner="",
-                                lease_expires_at=None, **fields)  # fmt: skip
-        if not changed:
-            raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
-        task = Task(pk=task_id, status=to, finished_at=now, **fields)
-        event(task, kind, actor_type=Actor.WORKER, actor=actor, old_status=Status.WORKING,
-              new_status=to, **detail)  # fmt: skip
-        _close_pending_requests(task, reason=to)
-    return task
-
-
-# --- a leg ending its task ----------------------------------------------------------------
-
-_END_LEASED = """
-WITH ended AS (
-    UPDATE {task} SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s,
-        lease_owner = '', lease_expires_at = NULL{assignments}
-    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
-    RETURNING id
-), closed AS (
-    UPDATE {request} SET status = %(cancelled)s
-    WHERE task_id IN (SELECT id FROM ended) AND status = %(pending)s
-    RETURNING key
-), written AS (
-    INSERT INTO {event}
-        (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
-    SELECT task_id, kind, actor_type, actor, old_status, new_status, detail, %(now)s
-    FROM (
-        SELECT 1 AS n, id AS task_id, %(kind)s AS kind, %(worker)s AS actor_type,
-            %(actor)s AS actor, %(working)s AS old_status, %(to)s AS new_status,
-            %(detail)s::jsonb AS detail
-        FROM ended
-        UNION ALL
-        SELECT 2, %(task_id)s, 'input_closed', %(system)s, '', '', '',
-            jsonb_build_object('keys', (SELECT jsonb_agg(key ORDER BY key) FROM closed),
-                               'reason', %(to)s)
-        WHERE EXISTS (SELECT 1 FROM closed)
-    ) AS rows
-    ORDER BY n
-)
-SELECT count(*) FROM ended
-"""
-
-
-@cache
-def _end_leased_sql(names: tuple[str, ...]) -> str:
-    from elicitations.models import InputRequest
-
-    q = connections[DEFAULT_DB_ALIAS].ops.quote_name
-    return _END_LEASED.format(
-        task=q(Task._meta.db_table),
-        request=q(InputRequest._meta.db_table),
-        event=q(TaskEvent._meta.db_table),
-        assignments="".join(f", {q(name)} = %({name})s" for name in names),
-    )
-
-
-def _end_leased_postgresql(
-    *,
-    task_id: str,
-    to: str,
-    owner: str,
-    kind: str,
-    actor: str,
-    fields: dict[str, Any],
-    detail: dict[str, Any],
-    now: Any,
-) -> bool:
-    """PostgreSQL only: end leased task TASK_ID in status TO in one statement (so in one
-    round trip, and atomic without a transaction block): set FIELDS, clear the lease, write
-    the KIND event, close pending input requests and record that. Return False, having
-    written nothing, if OWNER no longer holds the lease of a working task."""
-    from elicitations.models import RequestStatus
-
-    db = connections[DEFAULT_DB_ALIAS]
-    params: dict[str, Any] = {
-        name: Task._meta.get_field(name).get_db_prep_save(value, connection=db)
-        for name, value in fields.items()
-    }
-    params.update(
-        task_id=task_id,
-        to=to,
-        owner=owner,
-        kind=kind,
-        actor=actor,
-        detail=Jsonb(detail),
-        now=now,
-        working=Status.WORKING.value,
-        cancelled=RequestStatus.CANCELLED.value,
-        pending=RequestStatus.PENDING.value,
-        worker=Actor.WORKER.value,
-        system=Actor.SYSTEM.value,
-    )
-    row = rows.fetch_prepared(_end_leased_sql(tuple(sorted(fields))), params)
-    return bool(row and row[0])
+    ending = sql.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, actor=actor,
+                        fields=fields, detail=detail, now=now)  # fmt: skip
+    if not sql.hot_path().end_leased(ending):
+        raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
+    return Task(pk=task_id, status=to, finished_at=now, **fields)
 
 
 @transaction.atomic
 def _end_locked(
     task_id: str,
-    to: str,
+    to: Status,
     *,
-    kind: str,
+    kind: EventKind,
     actor_type: str,
     actor: str,
     fields: dict[str, Any],
@@ -223,20 +134,6 @@ def _end_locked(
     return _move(task, to, kind=kind, actor_type=actor_type, actor=actor, fields=fields, **detail)
 
 
-def _close_pending_requests(task: Task, *, reason: str) -> None:
-    # Imported here: elicitations builds on tasks_app, not the other way round.
-    from elicitations.models import RequestStatus
-
-    closed = list(
-        task.input_requests.filter(status=RequestStatus.PENDING)
-        .order_by("key")
-        .values_list("key", flat=True)
-    )
-    if closed:
-        task.input_requests.filter(key__in=closed).update(status=RequestStatus.CANCELLED)
-        event(task, "input_closed", actor_type=Actor.SYSTEM, keys=closed, reason=reason)
-
-
 @transaction.atomic
 def require_input(*, task_id: str, message: str = "", actor: str = "") -> Task:
     """Move a working task to INPUT_REQUIRED (the client has a question to answer)."""
@@ -244,7 +141,7 @@ def require_input(*, task_id: str, message: str = "", actor: str = "") -> Task:
     return _move(
         task,
         Status.INPUT_REQUIRED,
-        kind="input_required",
+        kind=EventKind.INPUT_REQUIRED,
         actor_type=Actor.WORKER,
         actor=actor,
         fields={"status_message": message},
@@ -263,14 +160,14 @@ def resume(*, task_id: str, actor_type: str, actor: str = "", reason: str = "ans
         _move(
             task,
             Status.WORKING,
-            kind="resumed",
+            kind=EventKind.RESUMED,
             actor_type=actor_type,
             actor=actor,
             fields={"status_message": ""},
             reason=reason,
         )
     elif task.status == Status.WORKING:
-        event(task, "resumed", actor_type=actor_type, actor=actor, reason=reason)
+        event(task, EventKind.RESUMED, actor_type=actor_type, actor=actor, reason=reason)
     else:
         raise InvalidTransition(task, Status.WORKING)
     dispatch.enqueue(task, reason=reason)
@@ -287,9 +184,9 @@ def complete(
     fields = {"result": result, "status_message": ""}
     is_error = bool(result.get("isError"))
     if lease_owner is not None:
-        return _end_leased(task_id, Status.COMPLETED, lease_owner=lease_owner, kind="completed",
+        return _end_leased(task_id, Status.COMPLETED, lease_owner=lease_owner, kind=EventKind.COMPLETED,
                            actor=actor, fields=fields, is_error=is_error)  # fmt: skip
-    return _end_locked(task_id, Status.COMPLETED, kind="completed", actor_type=Actor.WORKER,
+    return _end_locked(task_id, Status.COMPLETED, kind=EventKind.COMPLETED, actor_type=Actor.WORKER,
                        actor=actor, fields=fields, is_error=is_error)  # fmt: skip
 
 
@@ -304,9 +201,9 @@ def fail(
     """Move a task to FAILED with a JSON-RPC error object (LEASE_OWNER: as in ``complete``)."""
     fields = {"error": error, "status_message": str(error.get("message", ""))[:2000]}
     if lease_owner is not None:
-        return _end_leased(task_id, Status.FAILED, lease_owner=lease_owner, kind="failed",
+        return _end_leased(task_id, Status.FAILED, lease_owner=lease_owner, kind=EventKind.FAILED,
                            actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
-    return _end_locked(task_id, Status.FAILED, kind="failed", actor_type=actor_type,
+    return _end_locked(task_id, Status.FAILED, kind=EventKind.FAILED, actor_type=actor_type,
                        actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
 
 
@@ -325,7 +222,7 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
         task.save(update_fields=["cancel_requested_at", "updated_at"])
     event(
         task,
-        "cancel_requested",
+        EventKind.CANCEL_REQUESTED,
         actor_type=actor_type,
         actor=actor,
         status=task.status,
@@ -341,7 +238,7 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
         _move(
             task,
             Status.CANCELLED,
-            kind="cancelled",
+            kind=EventKind.CANCELLED,
             actor_type=actor_type,
             actor=actor,
             work_stopped=True,
@@ -356,9 +253,9 @@ def cancel(*, task_id: str, actor: str = "", lease_owner: str | None = None) -> 
     """Move a task whose cancellation was requested to CANCELLED once its work has stopped
     (LEASE_OWNER: as in ``complete``)."""
     if lease_owner is not None:
-        return _end_leased(task_id, Status.CANCELLED, lease_owner=lease_owner, kind="cancelled",
+        return _end_leased(task_id, Status.CANCELLED, lease_owner=lease_owner, kind=EventKind.CANCELLED,
                            actor=actor, fields={}, work_stopped=True)  # fmt: skip
-    return _end_locked(task_id, Status.CANCELLED, kind="cancelled", actor_type=Actor.WORKER,
+    return _end_locked(task_id, Status.CANCELLED, kind=EventKind.CANCELLED, actor_type=Actor.WORKER,
                        actor=actor, fields={}, work_stopped=True)  # fmt: skip
 
 

@@ -14,13 +14,12 @@ of the arguments; a tampered, expired or foreign state is refused with -32602.
 
 from __future__ import annotations
 
-import hashlib
 from typing import Any
 
-import rfc8785
 from django.conf import settings
 from django.core import signing
 
+from tasks_app import acceptance
 from tasks_app.mcp.errors import InvalidParams
 from tasks_app.models import Client
 
@@ -28,12 +27,12 @@ _SALT = "taskdesk.mcp.request-state"
 DEFAULT_MAX_AGE_SECONDS = 900
 
 
-def fingerprint(arguments: dict[str, Any]) -> str:
+def arguments_digest(arguments: dict[str, Any]) -> str:
+    """The digest that binds a requestState to the call's arguments."""
     try:
-        canonical = rfc8785.dumps(arguments)
-    except rfc8785.CanonicalizationError as exc:
-        raise InvalidParams(f"arguments: {exc}") from None
-    return hashlib.sha256(canonical).hexdigest()
+        return acceptance.digest(arguments)
+    except acceptance.InvalidToolArguments as exc:
+        raise InvalidParams(str(exc)) from None
 
 
 def seal(*, client: Client, subject: str, arguments_fp: str, answers: dict[str, Any]) -> str:

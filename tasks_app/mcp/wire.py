@@ -7,9 +7,11 @@ from datetime import UTC, datetime
 from typing import Any
 
 from elicitations.models import InputRequest, Mode
+from tasks_app.acceptance import Receipt
 from tasks_app.models import Status, Task
 
 RESULT_TYPE = "resultType"
+REPLAYED_META = "dev.taskdesk/replayed"
 
 
 def timestamp(moment: datetime) -> str:
@@ -37,6 +39,13 @@ def create_task_result(task: Task, meta: dict[str, Any] | None = None) -> dict[s
     if meta:
         out["_meta"] = meta
     return out
+
+
+def receipt_meta(receipt: Receipt) -> dict[str, Any]:
+    """The ``_meta`` entries of a receipt: keyed receipts say whether they are a replay."""
+    if receipt.key is None:
+        return {}
+    return {REPLAYED_META: receipt.replayed}
 
 
 def input_request(request: InputRequest) -> dict[str, Any]:

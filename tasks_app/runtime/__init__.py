@@ -13,11 +13,11 @@ from __future__ import annotations
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import NotReconcilable, downstream_key, reconcile_effect
 from tasks_app.runtime.leases import redispatch_expired_leases
-from tasks_app.runtime.legs import Outcome, run_leg, run_waiting_legs
+from tasks_app.runtime.legs import LegOutcome, run_leg, run_waiting_legs
 
 __all__ = [
+    "LegOutcome",
     "NotReconcilable",
-    "Outcome",
     "TaskContext",
     "downstream_key",
     "reconcile_effect",

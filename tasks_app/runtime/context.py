@@ -34,9 +34,19 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from django.db import DatabaseError, transaction
 
+from elicitations import transitions as elicitations
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
 from tasks_app import transitions
-from tasks_app.models import Actor, Client, JournalEntry, JournalKind, Status, Task, event
+from tasks_app.models import (
+    Actor,
+    Client,
+    EventKind,
+    JournalEntry,
+    JournalKind,
+    Status,
+    Task,
+    event,
+)
 from tasks_app.runtime import leases
 from tasks_app.runtime.errors import (
     LeaseLost,
@@ -299,8 +309,6 @@ class TaskContext(ToolContext):
         """Open NEW questions, record them in the journal, and end the leg waiting for them
         and for UNANSWERED ones: all in one transaction with the lease release, so an answer
         that arrives at once finds the leg gone and dispatches the next one."""
-        from elicitations import transitions as elicitations
-
         entries: list[JournalEntry] = []
         with self.shielded(), transaction.atomic():
             task = self.owned_task()
@@ -345,7 +353,7 @@ class TaskContext(ToolContext):
             leases.release(task.pk, self.owner)
             event(
                 task,
-                "leg_suspended",
+                EventKind.LEG_SUSPENDED,
                 actor_type=Actor.WORKER,
                 actor=self.owner,
                 leg=self.leg,

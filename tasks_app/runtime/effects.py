@@ -28,6 +28,7 @@ from tasks_app.models import (
     Actor,
     Effect,
     EffectState,
+    EventKind,
     JournalEntry,
     JournalKind,
     Status,
@@ -127,7 +128,7 @@ class EffectScope(EffectHandle):
                 state=EffectState.INTENDED,
                 compensable=self.compensate is not None,
             )
-            self._event(task, "effect_intended", target=self.target)
+            self._event(task, EventKind.EFFECT_INTENDED, target=self.target)
         ctx.append(entry)
         self.key = key
 
@@ -147,7 +148,7 @@ class EffectScope(EffectHandle):
             if state == EffectState.INTENDED:
                 self._settle(
                     EffectState.UNKNOWN,
-                    "effect_unknown",
+                    EventKind.EFFECT_UNKNOWN,
                     only_from=(EffectState.INTENDED,),
                     reason="the leg that ran it stopped before recording its outcome",
                 )
@@ -170,7 +171,7 @@ class EffectScope(EffectHandle):
         if happened:
             self._settle(
                 EffectState.CONFIRMED,
-                "effect_verified",
+                EventKind.EFFECT_VERIFIED,
                 only_from=(EffectState.UNKNOWN,),
                 detail={"verified": True},
             )
@@ -184,7 +185,7 @@ class EffectScope(EffectHandle):
         detail["attempts"] = int(detail.get("attempts", 1)) + 1
         retried = self._settle(
             EffectState.INTENDED,
-            "effect_retried",
+            EventKind.EFFECT_RETRIED,
             only_from=(EffectState.UNKNOWN,),
             replace_detail=detail,
             reason=why,
@@ -204,7 +205,7 @@ class EffectScope(EffectHandle):
             task = ctx.owned_task()
             transitions.set_status_message(task_id=task.pk, message=message)
             leases.release(task.pk, ctx.owner)
-            self._event(task, "effect_needs_reconciliation", reason=why)
+            self._event(task, EventKind.EFFECT_NEEDS_RECONCILIATION, reason=why)
         raise AwaitingReconciliation(message)
 
     # --- leaving: the outcome ------------------------------------------------------------------
@@ -229,7 +230,7 @@ class EffectScope(EffectHandle):
         if exc is None:
             self._settle(
                 EffectState.CONFIRMED,
-                "effect_confirmed",
+                EventKind.EFFECT_CONFIRMED,
                 only_from=(EffectState.INTENDED, EffectState.UNKNOWN),
                 detail=self._recorded,
             )
@@ -241,7 +242,7 @@ class EffectScope(EffectHandle):
             # The body was stopped from outside, somewhere in the middle: nobody knows.
             self._settle(
                 EffectState.UNKNOWN,
-                "effect_unknown",
+                EventKind.EFFECT_UNKNOWN,
                 only_from=(EffectState.INTENDED,),
                 reason=f"its body was interrupted: {exc}",
             )
@@ -252,7 +253,7 @@ class EffectScope(EffectHandle):
         error_type = exc.error_type if isinstance(exc, EffectFailed) else type(exc).__name__
         self._settle(
             EffectState.FAILED,
-            "effect_failed",
+            EventKind.EFFECT_FAILED,
             only_from=(EffectState.INTENDED,),
             detail={"error": {"type": error_type, "message": message}},
         )
@@ -263,7 +264,7 @@ class EffectScope(EffectHandle):
     def _settle(
         self,
         state: str,
-        kind: str,
+        kind: EventKind,
         *,
         only_from: tuple[str, ...],
         detail: dict[str, Any] | None = None,
@@ -298,7 +299,7 @@ class EffectScope(EffectHandle):
             row.refresh_from_db()
         return bool(changed)
 
-    def _event(self, task: Task, kind: str, **detail: Any) -> None:
+    def _event(self, task: Task, kind: EventKind, **detail: Any) -> None:
         assert self.row is not None
         event(
             task,
@@ -337,7 +338,7 @@ def compensate_all(ctx: TaskContext, *, reason: str) -> None:
         except Exception as exc:
             log.warning("compensation failed task=%s effect=%s: %s", ctx.task_id, comp.name, exc)
             with ctx.shielded():
-                event(Task(pk=ctx.task_id), "effect_compensation_failed", actor_type=Actor.WORKER,
+                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATION_FAILED, actor_type=Actor.WORKER,
                       actor=ctx.owner, effect=comp.name, key=comp.key, reason=reason,
                       error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             continue
@@ -346,7 +347,7 @@ def compensate_all(ctx: TaskContext, *, reason: str) -> None:
             if Effect.objects.filter(pk=comp.effect_id, state=EffectState.CONFIRMED).update(
                 state=EffectState.COMPENSATED, updated_at=now
             ):
-                event(Task(pk=ctx.task_id), "effect_compensated", actor_type=Actor.WORKER,
+                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATED, actor_type=Actor.WORKER,
                       actor=ctx.owner, effect=comp.name, key=comp.key, reason=reason)  # fmt: skip
 
 
@@ -381,7 +382,7 @@ def reconcile_effect(*, effect_id: int, happened: bool, user: AbstractBaseUser) 
             effect.state, effect.settled_at = EffectState.CONFIRMED, now
             fields += ["state", "settled_at"]
         effect.save(update_fields=fields)
-        event(task, "effect_reconciled", actor_type=Actor.OPERATOR, actor=username,
+        event(task, EventKind.EFFECT_RECONCILED, actor_type=Actor.OPERATOR, actor=username,
               effect=effect.name, seq=effect.seq, key=effect.downstream_key,
               happened=happened)  # fmt: skip
         if task.status == Status.WORKING and not task.lease_owner:

@@ -8,6 +8,20 @@ from __future__ import annotations
 
 from typing import Any
 
+# Another leg owns the task now (this one was presumed dead): write nothing more. One class
+# for the runtime and ``transitions``, which raises it when such a leg tries to end the task.
+from tasks_app.transitions import LeaseLost
+
+__all__ = [
+    "AwaitingReconciliation",
+    "LeaseLost",
+    "LegAborted",
+    "LegInterrupt",
+    "NotDeterministic",
+    "Suspended",
+    "TimeLimitExceeded",
+]
+
 
 class LegInterrupt(BaseException):
     """Base class: unwinds the tool function; ``run_leg`` decides what it means."""
@@ -21,10 +35,6 @@ class Suspended(LegInterrupt):
 class AwaitingReconciliation(LegInterrupt):
     """An effect's outcome is unknown and nothing can verify it: an operator must say
     whether it happened. Already recorded (status message, event, lease released)."""
-
-
-class LeaseLost(LegInterrupt):
-    """Another leg owns the task now (this one was presumed dead). Write nothing more."""
 
 
 class LegAborted(LegInterrupt):

@@ -1,6 +1,7 @@
 """Leases: at most one live leg per task, and re-running the legs of dead workers.
 
-A leg claims its task with one compare-and-set UPDATE (the task must be ``working`` and
+The statements that write the lease columns are in ``tasks_app.sql``; this module decides
+when to run them. A leg claims its task with one compare-and-set UPDATE (the task must be ``working`` and
 either unleased or holding an expired lease), which also counts the leg. While the tool runs,
 a background thread renews the lease, so a long leg keeps it and a killed one loses it within
 ``TASKDESK_LEASE_SECONDS``. The periodic sweeper (``redispatch_expired_leases``) takes expired
@@ -19,26 +20,13 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
-from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
-from django.db.backends.utils import CursorWrapper
 from django.utils import timezone
 
-from tasks_app import dispatch, rows
-from tasks_app.models import (
-    Actor,
-    Dispatch,
-    Effect,
-    EffectState,
-    JournalEntry,
-    Status,
-    Task,
-    TaskEvent,
-    event,
-)
+from tasks_app import dispatch, sql
+from tasks_app.models import Actor, EventKind, Status, Task, event
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -70,30 +58,10 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
     """
     now = timezone.now()
     expires = now + _lease_length()
-    if connection.vendor == "postgresql":
-        # A single statement is atomic by itself: no transaction block, no extra round trips.
-        row = _claim_postgresql(task_id, dispatch_id, owner, now, expires)
-    else:
-        with transaction.atomic(), connection.cursor() as cursor:
-            row = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
-    if row is None:
-        return None
-    return _claim_from_row(task_id, owner, expires, row)
-
-
-def _claim_from_row(task_id: str, owner: str, expires: datetime, row: tuple[Any, ...]) -> Claim:
-    tool_name, arguments, leg, client_id, has_journal, status = row
-    task = Task(
-        pk=task_id,
-        client_id=client_id,
-        tool_name=tool_name,
-        arguments=_ARGUMENTS.from_db_value(arguments, None, connection),
-        status=status,
-        leg=leg,
-        lease_owner=owner,
-        lease_expires_at=expires,
+    claimed = sql.hot_path().claim(
+        task_id=task_id, dispatch_id=dispatch_id, owner=owner, now=now, expires=expires
     )
-    return Claim(task=task, has_journal=bool(has_journal))
+    return None if claimed is None else _claim(task_id, owner, expires, claimed)
 
 
 def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
@@ -107,192 +75,36 @@ def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
     """
     now = timezone.now()
     expires = now + _lease_length()
-    if connection.vendor == "postgresql":
-        row = rows.fetch_prepared(
-            _sql().claim_next_postgresql, _claim_params(owner=owner, now=now, expires=expires)
-        )
-        if row is None:
-            return None
-        dispatch_id, task_id, *claimed = row
-    else:
-        with transaction.atomic():
-            record = (
-                Dispatch.objects.filter(consumed_at__isnull=True)
-                .order_by("pk")
-                .values_list("pk", "task_id")
-                .first()
-            )
-            if record is None:
-                return None
-            dispatch_id, task_id = record
-            with connection.cursor() as cursor:
-                claimed = _claim_portable(cursor, task_id, dispatch_id, owner, now, expires)
-    if claimed is None or claimed[0] is None:
-        return dispatch_id, None
-    return dispatch_id, _claim_from_row(task_id, owner, expires, tuple(claimed))
+    found = sql.hot_path().claim_next(owner=owner, now=now, expires=expires)
+    if found is None:
+        return None
+    dispatch_id, task_id, claimed = found
+    return dispatch_id, None if claimed is None else _claim(task_id, owner, expires, claimed)
 
 
-def _claim_portable(
-    cursor: CursorWrapper,
-    task_id: str,
-    dispatch_id: int | None,
-    owner: str,
-    now: datetime,
-    expires: datetime,
-) -> tuple[Any, ...] | None:
-    at = connection.ops.adapt_datetimefield_value
-    if dispatch_id is not None:
-        cursor.execute(_sql().consume, [at(now), dispatch_id, task_id])
-        if cursor.rowcount != 1:
-            return None
-    cursor.execute(
-        _sql().claim, [owner, at(expires), at(now), task_id, at(now), Status.WORKING.value]
+def _claim(task_id: str, owner: str, expires: datetime, claimed: sql.Claimed) -> Claim:
+    task = Task(
+        pk=task_id,
+        client_id=claimed.client_id,
+        tool_name=claimed.tool_name,
+        arguments=claimed.arguments,
+        status=claimed.status,
+        leg=claimed.leg,
+        lease_owner=owner,
+        lease_expires_at=expires,
     )
-    row: tuple[Any, ...] | None = cursor.fetchone()
-    if row is not None:
-        event(Task(pk=task_id), "leg_started", actor_type=Actor.WORKER, actor=owner, leg=row[2],
-              dispatch=dispatch_id)  # fmt: skip
-    return row
-
-
-def _claim_postgresql(
-    task_id: str,
-    dispatch_id: int | None,
-    owner: str,
-    now: datetime,
-    expires: datetime,
-) -> tuple[Any, ...] | None:
-    # One round trip: consume the record, claim the task and write the leg_started event,
-    # as data-modifying CTEs of a single statement.
-    params = _claim_params(owner=owner, now=now, expires=expires)
-    return rows.fetch_prepared(
-        _sql().claim_postgresql, {**params, "task": task_id, "dispatch": dispatch_id}
-    )
-
-
-def _claim_params(*, owner: str, now: datetime, expires: datetime) -> dict[str, Any]:
-    return {
-        "now": now,
-        "expires": expires,
-        "owner": owner,
-        "working": Status.WORKING.value,
-        "worker": Actor.WORKER.value,
-    }
-
-
-_ARGUMENTS = Task._meta.get_field("arguments")
-
-
-@dataclass(frozen=True)
-class _Statements:
-    consume: str
-    claim: str
-    claim_postgresql: str
-    claim_next_postgresql: str
-
-
-@cache
-def _sql() -> _Statements:
-    # Every leg runs these, so they are single statements rather than ORM round trips: the
-    # claim is one compare-and-set UPDATE that also returns what the leg needs (PostgreSQL
-    # and SQLite >= 3.35 both support RETURNING, with a subquery).
-    q = connection.ops.quote_name
-    task, journal = q(Task._meta.db_table), q(JournalEntry._meta.db_table)
-    dispatch_table, events = q(Dispatch._meta.db_table), q(TaskEvent._meta.db_table)
-    effect = q(Effect._meta.db_table)
-    # Working and not leased by a live leg; or cancelled while nothing ran, with effects to
-    # undo (such a leg replays the journal to find their compensate hooks, then undoes them).
-    claimable = (
-        "(lease_owner = '' OR lease_expires_at < {now}) AND (status = {working} OR "
-        f"(status = '{Status.CANCELLED.value}' AND EXISTS (SELECT 1 FROM {effect} e "
-        f"WHERE e.task_id = {task}.id AND e.state = '{EffectState.CONFIRMED.value}' "
-        "AND e.compensable)))"
-    )
-    returning = (
-        "tool_name, arguments, leg, client_id, "
-        f"EXISTS (SELECT 1 FROM {journal} j WHERE j.task_id = {task}.id) AS has_journal, status"
-    )
-    consume = (
-        f"UPDATE {dispatch_table} SET consumed_at = %s "
-        "WHERE id = %s AND task_id = %s AND consumed_at IS NULL"
-    )
-    claim = (
-        f"UPDATE {task} SET lease_owner = %s, lease_expires_at = %s, leg = leg + 1, "
-        f"updated_at = %s WHERE id = %s AND {claimable.format(now='%s', working='%s')} "
-        f"RETURNING {returning}"
-    )
-    claim_postgresql = f"""
-        WITH consumed AS (
-            UPDATE {dispatch_table} SET consumed_at = %(now)s
-            WHERE id = %(dispatch)s AND task_id = %(task)s AND consumed_at IS NULL
-            RETURNING id
-        ), claimed AS (
-            UPDATE {task} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s,
-                leg = leg + 1, updated_at = %(now)s
-            WHERE id = %(task)s
-              AND {claimable.format(working="%(working)s", now="%(now)s")}
-              AND (%(dispatch)s::bigint IS NULL OR EXISTS (SELECT 1 FROM consumed))
-            RETURNING id, {returning}
-        ), started AS (
-            INSERT INTO {events}
-                (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
-            SELECT id, 'leg_started', %(worker)s, %(owner)s, '', '',
-                jsonb_build_object('leg', leg, 'dispatch', %(dispatch)s::bigint), %(now)s
-            FROM claimed
-        )
-        SELECT tool_name, arguments, leg, client_id, has_journal, status FROM claimed
-    """
-    # The same, for the oldest record no leg consumed; SKIP LOCKED lets two workers doing
-    # this at once take different records.
-    claim_next_postgresql = f"""
-        WITH next AS (
-            SELECT id FROM {dispatch_table} WHERE consumed_at IS NULL
-            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
-        ), consumed AS (
-            UPDATE {dispatch_table} SET consumed_at = %(now)s
-            WHERE id = (SELECT id FROM next)
-            RETURNING id, task_id
-        ), claimed AS (
-            UPDATE {task} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s,
-                leg = leg + 1, updated_at = %(now)s
-            WHERE id = (SELECT task_id FROM consumed)
-              AND {claimable.format(working="%(working)s", now="%(now)s")}
-            RETURNING id, {returning}
-        ), started AS (
-            INSERT INTO {events}
-                (task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)
-            SELECT claimed.id, 'leg_started', %(worker)s, %(owner)s, '', '',
-                jsonb_build_object('leg', leg, 'dispatch', consumed.id), %(now)s
-            FROM claimed, consumed
-        )
-        SELECT consumed.id, consumed.task_id,
-            claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
-            claimed.has_journal, claimed.status
-        FROM consumed LEFT JOIN claimed ON true
-    """
-    return _Statements(
-        consume=consume,
-        claim=claim,
-        claim_postgresql=claim_postgresql,
-        claim_next_postgresql=claim_next_postgresql,
-    )
+    return Claim(task=task, has_journal=claimed.has_journal)
 
 
 def release(task_id: str, owner: str) -> bool:
     """Give up OWNER's lease (inside the caller's transaction). Return False if it was lost."""
-    return bool(
-        Task.objects.filter(pk=task_id, lease_owner=owner).update(
-            lease_owner="", lease_expires_at=None, updated_at=timezone.now()
-        )
-    )
+    return sql.hot_path().release(task_id=task_id, owner=owner, now=timezone.now())
 
 
 def renew(task_id: str, owner: str) -> bool:
     """Push OWNER's lease expiry forward. Return False if the lease is no longer OWNER's."""
-    return bool(
-        Task.objects.filter(
-            pk=task_id, lease_owner=owner, status__in=[Status.WORKING, Status.CANCELLED]
-        ).update(lease_expires_at=timezone.now() + _lease_length())
+    return sql.hot_path().renew(
+        task_id=task_id, owner=owner, expires=timezone.now() + _lease_length()
     )
 
 
@@ -404,13 +216,11 @@ def redispatch_expired_leases(*, limit: int = 500) -> int:
     for task_id, status, owner, leg in stale:
         with transaction.atomic():
             # Compare-and-set on the same owner: a leg that renewed in the meantime keeps it.
-            taken = Task.objects.filter(
-                pk=task_id, status=status, lease_owner=owner, lease_expires_at__lt=now
-            ).update(lease_owner="", lease_expires_at=None, updated_at=now)
-            if not taken:
+            if not sql.hot_path().expire_lease(task_id=task_id, status=status, owner=owner,
+                                               now=now):  # fmt: skip
                 continue
             task = Task(pk=task_id)
-            event(task, "lease_expired", actor_type=Actor.SYSTEM, owner=owner, leg=leg)
+            event(task, EventKind.LEASE_EXPIRED, actor_type=Actor.SYSTEM, owner=owner, leg=leg)
             reason = "lease_expired" if status == Status.WORKING else dispatch.COMPENSATE
             dispatch.enqueue(task, reason=reason)
         log.info("lease expired task=%s leg=%s owner=%s: dispatched a new leg", task_id, leg, owner)

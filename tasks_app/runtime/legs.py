@@ -12,8 +12,9 @@ How a leg ends:
 - a different journaled call than the journal recorded, or the tool's time limit: ``failed``
   with an error that says so.
 
-The transition that ends the task runs under the task lock after checking that this leg
-still holds the lease, so a leg presumed dead (and replaced) never ends a task.
+``_end`` records the ending by calling ``transitions.complete``, ``fail`` or ``cancel`` with
+this leg's lease owner: the transition checks that the leg still holds the lease, so a leg
+presumed dead (and replaced) never ends a task.
 """
 
 from __future__ import annotations
@@ -23,15 +24,15 @@ import logging
 import signal
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from functools import partial
+from dataclasses import dataclass
 from typing import Any
 
 from django.db import close_old_connections, connection, transaction
 
 from tasks_app import transitions
-from tasks_app.models import Actor, Status, Task, event
+from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import compensate_all
@@ -50,7 +51,7 @@ log = logging.getLogger("tasks_app.runtime")
 INTERNAL_ERROR = -32603
 
 
-class Outcome(enum.StrEnum):
+class LegOutcome(enum.StrEnum):
     SKIPPED = "skipped"  # duplicate message, task not working, or another live leg
     COMPLETED = "completed"
     FAILED = "failed"
@@ -62,13 +63,13 @@ class Outcome(enum.StrEnum):
     UNDONE = "undone"  # a task cancelled while nothing ran: its effects were undone
 
 
-def run_leg(*, task_id: str, dispatch_id: int | None = None) -> Outcome:
+def run_leg(*, task_id: str, dispatch_id: int | None = None) -> LegOutcome:
     """Run one leg of task TASK_ID (dispatch record DISPATCH_ID) and return how it ended."""
     owner = leases.new_owner()
     claim = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
     if claim is None:
         log.info("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
-        return Outcome.SKIPPED
+        return LegOutcome.SKIPPED
     return _run_claimed(claim, owner, dispatch_id)
 
 
@@ -95,7 +96,7 @@ def run_waiting_legs(*, seconds: float) -> int:
     return ran
 
 
-def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> Outcome:
+def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> LegOutcome:
     task = claim.task
     started = time.monotonic()
     log.info(
@@ -116,8 +117,7 @@ def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> Ou
             "message": f"Tool {task.tool_name} is not available on this worker "
             "(its toolset is not in TASKDESK_TOOLSETS)",
         }
-        fail = partial(transitions.fail, task_id=task.pk, error=error, lease_owner=owner)
-        outcome = _end(task.pk, fail) or Outcome.FAILED
+        outcome = _end(task.pk, owner, Ending(LegOutcome.FAILED, error=error))
     else:
         ctx = TaskContext(task=task, spec=spec, owner=owner, has_journal=claim.has_journal)
         with leases.held(task.pk, owner) as lease:
@@ -133,25 +133,25 @@ def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> Ou
     return outcome
 
 
-def _run(ctx: TaskContext) -> Outcome:
+def _run(ctx: TaskContext) -> LegOutcome:
     try:
         ending = _call(ctx)
         if ending.compensate:
             compensate_all(ctx, reason=ending.outcome)
-        return _end(ctx.task_id, ending.apply) or ending.outcome
+        return _end(ctx.task_id, ctx.owner, ending)
     except Suspended:
-        return Outcome.SUSPENDED
+        return LegOutcome.SUSPENDED
     except AwaitingReconciliation:
-        return Outcome.AWAITING_OPERATOR
+        return LegOutcome.AWAITING_OPERATOR
     except LeaseLost as exc:
         log.warning("leg stopped task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
-        return Outcome.LEASE_LOST
+        return LegOutcome.LEASE_LOST
     except LegAborted as exc:
         log.error("leg aborted task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
-        return Outcome.ABORTED
+        return LegOutcome.ABORTED
 
 
-def _undo(ctx: TaskContext) -> Outcome:
+def _undo(ctx: TaskContext) -> LegOutcome:
     """The leg of a task cancelled while nothing ran (``transitions.request_cancel``): replay
     the journal, which runs no effect again but registers the compensate hooks, up to the
     checkpoint after the last recorded effect, where the cancellation stops the function;
@@ -159,7 +159,7 @@ def _undo(ctx: TaskContext) -> Outcome:
     error = ""
     try:
         ending = _call(ctx)
-        if ending.outcome == Outcome.CANCELLED:
+        if ending.outcome == LegOutcome.CANCELLED:
             compensate_all(ctx, reason=Status.CANCELLED)
         else:
             error = f"the replay ended {ending.outcome} before reaching the cancellation"
@@ -167,61 +167,50 @@ def _undo(ctx: TaskContext) -> Outcome:
         error = f"the replay stopped at {type(exc).__name__}"
     except LeaseLost as exc:
         log.warning("undo leg stopped task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
-        return Outcome.LEASE_LOST
+        return LegOutcome.LEASE_LOST
     except LegAborted as exc:  # the lease runs out and the sweeper dispatches a new leg
         log.error("undo leg aborted task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)
-        return Outcome.ABORTED
+        return LegOutcome.ABORTED
     if error:
         log.warning("undo leg task=%s leg=%s: %s; nothing undone", ctx.task_id, ctx.leg, error)
     return _end_undo(ctx.task_id, ctx.owner, leg=ctx.leg, error=error)
 
 
-def _end_undo(task_id: str, owner: str, *, leg: int, error: str) -> Outcome:
+def _end_undo(task_id: str, owner: str, *, leg: int, error: str) -> LegOutcome:
     with transaction.atomic():
         if not leases.release(task_id, owner):
-            return Outcome.LEASE_LOST
+            return LegOutcome.LEASE_LOST
         detail: dict[str, Any] = {"leg": leg} | ({"error": error} if error else {})
-        event(Task(pk=task_id), "undo_finished", actor_type=Actor.WORKER, actor=owner, **detail)
-    return Outcome.UNDONE
-
-
-class _Ending:
-    """How the tool function ended, and the transition that records it."""
-
-    def __init__(
-        self, outcome: Outcome, apply: Callable[[], Any], *, compensate: bool = False
-    ) -> None:
-        self.outcome = outcome
-        self.apply = apply
-        self.compensate = compensate
-
-
-def _call(ctx: TaskContext) -> _Ending:
-    spec, task_id, owner = ctx.spec, ctx.task_id, ctx.owner
-
-    def complete(result: dict[str, Any]) -> _Ending:
-        return _Ending(
-            Outcome.COMPLETED,
-            lambda: transitions.complete(
-                task_id=task_id, result=result, actor=owner, lease_owner=owner
-            ),
-            compensate=bool(result.get("isError")),
+        event(
+            Task(pk=task_id),
+            EventKind.UNDO_FINISHED,
+            actor_type=Actor.WORKER,
+            actor=owner,
+            **detail,
         )
+    return LegOutcome.UNDONE
 
-    def fail(error: dict[str, Any], *, compensate: bool = False) -> _Ending:
-        return _Ending(
-            Outcome.FAILED,
-            lambda: transitions.fail(task_id=task_id, error=error, actor=owner, lease_owner=owner),
-            compensate=compensate,
-        )
 
+@dataclass(frozen=True)
+class Ending:
+    """How the tool function ended: the outcome, what to record, whether to undo effects."""
+
+    outcome: LegOutcome
+    result: dict[str, Any] | None = None  # COMPLETED: the CallToolResult
+    error: dict[str, Any] | None = None  # FAILED: the JSON-RPC error object
+    compensate: bool = False
+
+
+def _call(ctx: TaskContext) -> Ending:
+    spec, task_id = ctx.spec, ctx.task_id
     try:
         with _time_limit(ctx):
             value = spec.func(ctx, **ctx.task.arguments)
         ctx.check_journal_consumed()
     except NotDeterministic as exc:
         log.error("not deterministic task=%s leg=%s: %s", task_id, ctx.leg, exc.message)
-        return fail({"code": INTERNAL_ERROR, "message": exc.message, "data": exc.data})
+        error = {"code": INTERNAL_ERROR, "message": exc.message, "data": exc.data}
+        return Ending(LegOutcome.FAILED, error=error)
     except TimeLimitExceeded as exc:
         message = (
             f"Tool {spec.name} ran longer than its time limit of {exc.seconds:g} s "
@@ -229,36 +218,49 @@ def _call(ctx: TaskContext) -> _Ending:
         )
         log.warning("time limit task=%s leg=%s limit=%s", task_id, ctx.leg, exc.seconds)
         data = {"reason": "time_limit", "timeLimitSeconds": exc.seconds}
-        return fail({"code": INTERNAL_ERROR, "message": message, "data": data}, compensate=True)
+        error = {"code": INTERNAL_ERROR, "message": message, "data": data}
+        return Ending(LegOutcome.FAILED, error=error, compensate=True)
     except Cancelled:
-        return _Ending(
-            Outcome.CANCELLED,
-            lambda: transitions.cancel(task_id=task_id, actor=owner, lease_owner=owner),
-            compensate=True,
-        )
+        return Ending(LegOutcome.CANCELLED, compensate=True)
     except ProtocolError as exc:
-        error: dict[str, Any] = {"code": exc.code, "message": str(exc)}
+        error = {"code": exc.code, "message": str(exc)}
         if exc.data is not None:
             error["data"] = exc.data
-        return fail(error, compensate=True)
+        return Ending(LegOutcome.FAILED, error=error, compensate=True)
     except ToolError as exc:
         log.info("tool error task=%s leg=%s: %s", task_id, ctx.leg, exc)
-        return complete(results.error_result(str(exc)))
+        return _completed(results.error_result(str(exc)))
     except Exception as exc:
         log.exception("tool raised task=%s leg=%s", task_id, ctx.leg)
-        return complete(results.error_result(f"{type(exc).__name__}: {exc}"))
-    return complete(results.for_tool(spec, value))
+        return _completed(results.error_result(f"{type(exc).__name__}: {exc}"))
+    return _completed(results.for_tool(spec, value))
 
 
-def _end(task_id: str, apply: Callable[[], Any]) -> Outcome | None:
-    """Run APPLY, a transition given this leg's lease owner. Return LEASE_LOST if another
-    leg holds the task now (this one was presumed dead): its result is dropped."""
+def _completed(result: dict[str, Any]) -> Ending:
+    # A tool error (isError) undoes the task's effects, as a failure does.
+    return Ending(LegOutcome.COMPLETED, result=result, compensate=bool(result.get("isError")))
+
+
+def _end(task_id: str, owner: str, ending: Ending) -> LegOutcome:
+    """Record ENDING through the transition of its outcome, as the leg holding OWNER's lease.
+    Return LEASE_LOST if another leg holds the task now (this one was presumed dead): its
+    result is dropped."""
     try:
-        apply()
-    except transitions.LeaseLost as exc:
+        if ending.outcome == LegOutcome.COMPLETED:
+            assert ending.result is not None
+            transitions.complete(task_id=task_id, result=ending.result, actor=owner,
+                                 lease_owner=owner)  # fmt: skip
+        elif ending.outcome == LegOutcome.FAILED:
+            assert ending.error is not None
+            transitions.fail(task_id=task_id, error=ending.error, actor=owner, lease_owner=owner)
+        elif ending.outcome == LegOutcome.CANCELLED:
+            transitions.cancel(task_id=task_id, actor=owner, lease_owner=owner)
+        else:
+            raise ValueError(f"a leg cannot end the task as {ending.outcome}")
+    except LeaseLost as exc:
         log.warning("leg result dropped task=%s: %s", task_id, exc)
-        return Outcome.LEASE_LOST
-    return None
+        return LegOutcome.LEASE_LOST
+    return ending.outcome
 
 
 @contextmanager

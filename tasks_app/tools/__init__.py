@@ -20,6 +20,7 @@ from tasks_app.tools.context import (
     ToolContext,
     ToolError,
 )
+from tasks_app.tools.prompts import Prompt, PromptArgument, Resource, ResourceTemplate
 from tasks_app.tools.registry import (
     InvalidArguments,
     ToolDefinitionError,
@@ -37,8 +38,12 @@ __all__ = [
     "EffectFailed",
     "EffectHandle",
     "InvalidArguments",
+    "Prompt",
+    "PromptArgument",
     "ProtocolError",
     "Question",
+    "Resource",
+    "ResourceTemplate",
     "ToolContext",
     "ToolDefinitionError",
     "ToolError",

@@ -10,7 +10,7 @@ from django.db import connection
 
 from elicitations import transitions
 from elicitations.models import InputRequest
-from elicitations.transitions import Outcome
+from elicitations.transitions import AnswerResult
 from tasks_app import transitions as task_transitions
 from tasks_app.models import Dispatch, Task, TaskEvent
 
@@ -30,7 +30,7 @@ def test_an_operator_approves_in_the_inbox(
             task=task, key=request.key, response=APPROVE, channel="inbox", user=operator
         )
 
-    assert outcome.outcome is Outcome.RECORDED and outcome.resumed
+    assert outcome.outcome is AnswerResult.RECORDED and outcome.resumed
     row = InputRequest.objects.get(pk=request.pk)
     assert row.status == "answered"
     assert row.answer == APPROVE
@@ -99,7 +99,7 @@ def test_a_second_answer_changes_nothing_and_is_recorded(
         task=task, key=request.key, response={"action": "decline"}, channel="inbox", user=second
     )
 
-    assert outcome.outcome is Outcome.ALREADY_ANSWERED
+    assert outcome.outcome is AnswerResult.ALREADY_ANSWERED
     assert outcome.request is not None
     assert outcome.request.answered_by == "olga"
     row = InputRequest.objects.get(pk=request.pk)
@@ -129,7 +129,7 @@ def test_an_invalid_client_answer_stays_pending_and_says_why(task, ask, alice) -
     )
 
     errors = ("approve: must be true or false", "note: must be at most 200 characters long")
-    assert (outcome.outcome, outcome.errors) == (Outcome.INVALID, errors)
+    assert (outcome.outcome, outcome.errors) == (AnswerResult.INVALID, errors)
     assert InputRequest.objects.get(pk=request.pk).status == "pending"
     task.refresh_from_db()
     assert task.status == "input_required"
@@ -166,7 +166,7 @@ def test_a_malformed_response_is_invalid(task, ask, operator, response) -> None:
     outcome = transitions.answer(
         task=task, key=request.key, response=response, channel="inbox", user=operator
     )
-    assert outcome.outcome is Outcome.INVALID
+    assert outcome.outcome is AnswerResult.INVALID
     assert InputRequest.objects.get(pk=request.pk).status == "pending"
 
 
@@ -176,7 +176,7 @@ def test_unknown_keys_are_ignored_without_a_trace(task, ask, alice) -> None:
     outcome = transitions.answer(
         task=task, key="nope", response=APPROVE, channel="tasks/update", client=alice
     )
-    assert outcome.outcome is Outcome.UNKNOWN_KEY
+    assert outcome.outcome is AnswerResult.UNKNOWN_KEY
     assert kinds(task) == before
 
 
@@ -186,7 +186,7 @@ def test_the_client_cannot_answer_an_operator_question(task, ask, alice) -> None
         task=task, key=request.key, response=APPROVE, channel="tasks/update", client=alice
     )
     assert (outcome.outcome, outcome.errors) == (
-        Outcome.NOT_ALLOWED,
+        AnswerResult.NOT_ALLOWED,
         ("this question is for an operator",),
     )
     assert InputRequest.objects.get(pk=request.pk).status == "pending"
@@ -246,7 +246,7 @@ def test_any_audience_is_answered_by_whoever_comes_first(task, ask, alice, opera
     second = transitions.answer(
         task=task, key=request.key, response=APPROVE, channel="inbox", user=operator
     )
-    assert (first.outcome, second.outcome) == (Outcome.RECORDED, Outcome.ALREADY_ANSWERED)
+    assert (first.outcome, second.outcome) == (AnswerResult.RECORDED, AnswerResult.ALREADY_ANSWERED)
     assert InputRequest.objects.get(pk=request.pk).answered_by_client == alice
 
 
@@ -277,7 +277,7 @@ def test_a_question_of_a_cancelled_task_is_closed(task, ask, operator) -> None:
         task=task, key=request.key, response=APPROVE, channel="inbox", user=operator
     )
 
-    assert outcome.outcome is Outcome.ALREADY_ANSWERED
+    assert outcome.outcome is AnswerResult.ALREADY_ANSWERED
     assert InputRequest.objects.get(pk=request.pk).status == "cancelled"
     assert not Dispatch.objects.exists()
 
@@ -298,7 +298,7 @@ def test_the_compare_and_set_refuses_a_request_settled_mid_flight(task, ask, ope
             task=task, key=request.key, response=APPROVE, channel="inbox", user=operator
         )
 
-    assert outcome.outcome is Outcome.ALREADY_ANSWERED
+    assert outcome.outcome is AnswerResult.ALREADY_ANSWERED
     row = InputRequest.objects.get(pk=request.pk)
     assert (row.status, row.answer, row.answered_by_user) == (
         "declined",
@@ -321,7 +321,7 @@ def test_concurrent_answers_have_exactly_one_winner(alice, operator) -> None:
         audience="any",
     )
     barrier = threading.Barrier(6)
-    outcomes: list[Outcome] = []
+    outcomes: list[AnswerResult] = []
 
     def answer(i: int) -> None:
         try:
@@ -349,7 +349,7 @@ def test_concurrent_answers_have_exactly_one_winner(alice, operator) -> None:
     for thread in threads:
         thread.join()
 
-    assert sorted(outcomes) == sorted([Outcome.RECORDED] + [Outcome.ALREADY_ANSWERED] * 5)
+    assert sorted(outcomes) == sorted([AnswerResult.RECORDED] + [AnswerResult.ALREADY_ANSWERED] * 5)
     assert Dispatch.objects.filter(task=task).count() == 1
     assert TaskEvent.objects.filter(task=task, kind="input_answered").count() == 1
     assert TaskEvent.objects.filter(task=task, kind="input_answer_ignored").count() == 5

@@ -29,7 +29,11 @@ def main() -> None:
     connection.ensure_connection()
     time.sleep(max(0.0, start_at - time.time()))
     receipt = acceptance.accept(
-        client=client, tool=EXPORT, arguments={"quarter": "Q1"}, era=Era.MODERN, header_key=key
+        client=client,
+        tool=EXPORT,
+        arguments={"quarter": "Q1"},
+        era=Era.MODERN,
+        key=acceptance.IdempotencyKey(key, "header"),
     )
     print(json.dumps({"task": receipt.task.pk, "replayed": receipt.replayed}))
 

@@ -30,7 +30,7 @@ def submit(client: Client, tool: str, **arguments: Any) -> Task:
         tool=spec,
         arguments=arguments,
         era=Era.MODERN,
-        header_key=f"test-{uuid.uuid4().hex}",
+        key=acceptance.IdempotencyKey(f"test-{uuid.uuid4().hex}", "header"),
     )
     return receipt.task
 

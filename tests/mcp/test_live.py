@@ -23,6 +23,7 @@ class Wire:
     def result(self, method: str, params: dict[str, Any], **env: Any) -> dict[str, Any]:
         response = self.post(request(method, params, **env))
         assert response.status_code == 200, response.text
+        assert "result" in response.json(), response.text
         return response.json()["result"]
 
     def wait(self, task_id: str, until: tuple[str, ...], timeout: float = 15) -> dict[str, Any]:

@@ -31,7 +31,7 @@ def next_dispatch(task: Task) -> int:
     return record.pk
 
 
-def leg(task: Task) -> runtime.Outcome:
+def leg(task: Task) -> runtime.LegOutcome:
     """Run the leg the newest dispatch record of TASK asks for, and refresh TASK."""
     outcome = runtime.run_leg(task_id=task.pk, dispatch_id=next_dispatch(task))
     task.refresh_from_db()

@@ -19,6 +19,7 @@ from tasks_app.acceptance import (
     InvalidToolArguments,
 )
 from tasks_app.clients import client_get_or_create
+from tasks_app.mcp import keys, wire
 from tasks_app.models import Actor, Dispatch, Era, JournalEntry, Status, Task, TaskEvent
 from tasks_app.tools import InvalidArguments, ToolSpec
 from tests.tasks_app.acceptance_tools import ECHO, ECHO_V2, EXPORT, REFUND
@@ -27,10 +28,20 @@ MODERN = Era.MODERN.value
 LEGACY = Era.LEGACY.value
 
 
-def accept(client: Any, tool: ToolSpec = EXPORT, arguments: Any = None, **kw: Any):  # type: ignore[no-untyped-def]
+def accept(  # type: ignore[no-untyped-def]
+    client: Any,
+    tool: ToolSpec = EXPORT,
+    arguments: Any = None,
+    *,
+    header_key: str | None = None,
+    meta_key: object | None = None,
+    **kw: Any,
+):
+    """A call as the MCP handler makes it: the key resolved from its carriers, then accept."""
     kw.setdefault("era", MODERN)
     args = {"quarter": "Q1"} if arguments is None else arguments
-    return acceptance.accept(client=client, tool=tool, arguments=args, **kw)
+    key = keys.resolve_key(tool=tool, arguments=args, header_key=header_key, meta_key=meta_key)
+    return acceptance.accept(client=client, tool=tool, arguments=args, key=key, **kw)
 
 
 def counts() -> dict[str, int]:
@@ -308,15 +319,15 @@ def test_keyless_calls_create_a_new_task_each_time(alice) -> None:
     second = accept(alice, ECHO, {"text": "hi"})
     assert first.task.pk != second.task.pk
     assert (first.key, first.carrier, first.replayed) == (None, None, False)
-    assert acceptance.receipt_meta(first) == {}
+    assert wire.receipt_meta(first) == {}
     assert Task.objects.filter(idempotency_key__isnull=True).count() == 2
 
 
 def test_every_keyed_receipt_says_whether_it_is_a_replay(alice) -> None:
     first = accept(alice, header_key="k-1")
     again = accept(alice, header_key="k-1")
-    assert acceptance.receipt_meta(first) == {"dev.taskdesk/replayed": False}
-    assert acceptance.receipt_meta(again) == {"dev.taskdesk/replayed": True}
+    assert wire.receipt_meta(first) == {"dev.taskdesk/replayed": False}
+    assert wire.receipt_meta(again) == {"dev.taskdesk/replayed": True}
 
 
 # --- fingerprints ----------------------------------------------------------------------

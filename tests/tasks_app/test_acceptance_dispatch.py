@@ -52,7 +52,11 @@ def _empty_queue() -> None:
 
 def accept(client: Any, key: str | None = None) -> acceptance.Receipt:
     return acceptance.accept(
-        client=client, tool=ECHO, arguments={"text": "hi"}, era=Era.MODERN, header_key=key
+        client=client,
+        tool=ECHO,
+        arguments={"text": "hi"},
+        era=Era.MODERN,
+        key=acceptance.IdempotencyKey(key, "header") if key else None,
     )
 
 

@@ -94,7 +94,7 @@ def submit(
         tool=EXPORT,
         arguments=arguments,
         era=Era.MODERN,
-        header_key="k",
+        key=acceptance.IdempotencyKey("k", "header"),
         journal=journal,
     )
 

@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from elicitations.models import InputRequest
-from tasks_app import acceptance, retention, transitions
+from tasks_app import acceptance, retention, selectors, transitions
 from tasks_app.models import (
     Dispatch,
     Effect,
@@ -46,7 +46,7 @@ def submit(client: Any, key: str | None = "k-1", text: str = "hi") -> acceptance
         tool=ECHO_GLOBAL_TTL,
         arguments={"text": text},
         era=Era.MODERN,
-        header_key=key,
+        key=acceptance.IdempotencyKey(key, "header") if key else None,
     )
 
 
@@ -159,7 +159,7 @@ def test_wait_for_outcome_returns_once_the_task_is_terminal(transactional_db, al
 
     threading.Thread(target=finish).start()
     started = time.monotonic()
-    outcome = acceptance.wait_for_outcome(task.pk, timeout=10)
+    outcome = selectors.wait_for_outcome(task.pk, timeout=10)
     assert outcome.status == Status.COMPLETED
     assert time.monotonic() - started < 2
 
@@ -167,11 +167,11 @@ def test_wait_for_outcome_returns_once_the_task_is_terminal(transactional_db, al
 def test_wait_for_outcome_gives_up_after_the_timeout(db, alice) -> None:
     task = submit(alice).task
     started = time.monotonic()
-    outcome = acceptance.wait_for_outcome(task.pk, timeout=0.3)
+    outcome = selectors.wait_for_outcome(task.pk, timeout=0.3)
     assert outcome.status == Status.WORKING
     assert 0.3 <= time.monotonic() - started < 1
 
 
 def test_wait_for_outcome_of_a_missing_task_raises(db) -> None:
     with pytest.raises(TaskNotFound):
-        acceptance.wait_for_outcome("no-such-task", timeout=1)
+        selectors.wait_for_outcome("no-such-task", timeout=1)

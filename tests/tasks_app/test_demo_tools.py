@@ -15,7 +15,7 @@ from django.utils import timezone
 from elicitations.models import Channel
 from tasks_app import runtime
 from tasks_app.models import DemoRefund, Effect, Status, Task
-from tasks_app.runtime import Outcome
+from tasks_app.runtime import LegOutcome
 from tasks_app.tools import get_tool
 from tasks_app.tools.toolsets import demo
 from tests.tasks_app.runtime_helpers import answer, events, leg, next_dispatch, pending, submit
@@ -49,7 +49,7 @@ def die_once(monkeypatch, target: object, name: str) -> None:  # type: ignore[no
     monkeypatch.setattr(target, name, dying)
 
 
-def after_death(task: Task) -> Outcome:
+def after_death(task: Task) -> LegOutcome:
     """Let the dead leg's lease expire, run the sweeper, and run the leg it dispatches."""
     Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
     assert runtime.redispatch_expired_leases() == 1
@@ -97,7 +97,7 @@ def test_the_demo_tools_declare_their_task_policy_keys_and_schemas() -> None:
 def test_an_export_writes_its_file_once_and_returns_its_checksum(alice, settings) -> None:
     task = submit(alice, "export_report", quarter="Q2", rows=25)
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     path = Path(settings.TASKDESK_EXPORT_DIR) / f"{task.pk}.csv"
     data = path.read_bytes()
@@ -141,7 +141,7 @@ def test_the_partial_file_of_a_dead_leg_is_removed_and_never_counts(
     [partial] = folder.glob(f".{task.pk}.csv.*.part")
     assert not (folder / f"{task.pk}.csv").exists()
 
-    assert after_death(task) == Outcome.COMPLETED
+    assert after_death(task) == LegOutcome.COMPLETED
 
     assert not partial.exists()
     assert (folder / f"{task.pk}.csv").exists()
@@ -164,7 +164,7 @@ def test_an_export_renamed_just_before_the_worker_died_is_verified_not_rewritten
     path = Path(settings.TASKDESK_EXPORT_DIR) / f"{task.pk}.csv"
     inode = path.stat().st_ino
 
-    assert after_death(task) == Outcome.COMPLETED
+    assert after_death(task) == LegOutcome.COMPLETED
 
     assert path.stat().st_ino == inode  # the same file: not written again
     assert Effect.objects.get(task=task).detail == {"verified": True}
@@ -177,7 +177,7 @@ def test_an_export_cancelled_while_generating_writes_nothing(alice, settings) ->
     task = submit(alice, "export_report", quarter="Q1")
     Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
 
-    assert leg(task) == Outcome.CANCELLED
+    assert leg(task) == LegOutcome.CANCELLED
 
     assert not Effect.objects.filter(task=task).exists()
     assert writes(settings) == []
@@ -189,7 +189,7 @@ def test_an_export_cancelled_while_generating_writes_nothing(alice, settings) ->
 def test_a_small_refund_is_made_once_without_approval(alice) -> None:
     task = submit(alice, "refund_payment", payment_id="pay_1", amount_cents=2500, reason="late")
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     refund = DemoRefund.objects.get()
     assert refund.downstream_key == f"{task.pk}:refund:0"
@@ -207,7 +207,7 @@ def test_a_small_refund_is_made_once_without_approval(alice) -> None:
 def test_a_large_refund_waits_for_an_operator_and_then_refunds(alice, operator) -> None:
     task = submit(alice, "refund_payment", payment_id="pay_2", amount_cents=20000, reason="x")
 
-    assert leg(task) == Outcome.SUSPENDED
+    assert leg(task) == LegOutcome.SUSPENDED
     assert task.status == Status.WORKING
     [request] = pending(task)
     assert request.audience == "operator"
@@ -217,7 +217,7 @@ def test_a_large_refund_waits_for_an_operator_and_then_refunds(alice, operator) 
 
     answer(task, "approval", {"action": "accept", "content": {"approve": True}},
            channel=Channel.INBOX, user=operator)  # fmt: skip
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
     assert DemoRefund.objects.get().amount_cents == 20000
 
 
@@ -270,7 +270,7 @@ def test_a_refund_made_just_before_the_worker_died_is_verified_not_repeated(
     run_dying_leg(task)
     monkeypatch.setattr(demo, "issue_refund", original)
 
-    assert after_death(task) == Outcome.COMPLETED
+    assert after_death(task) == LegOutcome.COMPLETED
 
     assert DemoRefund.objects.count() == 1
     assert Effect.objects.get(task=task).state == "confirmed"
@@ -320,7 +320,7 @@ def test_slow_echo_stops_within_a_checkpoint_once_cancelled(alice) -> None:
     Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
     started = time.monotonic()
 
-    assert leg(task) == Outcome.CANCELLED
+    assert leg(task) == LegOutcome.CANCELLED
 
     assert time.monotonic() - started < 0.5
 

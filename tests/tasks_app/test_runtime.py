@@ -10,7 +10,7 @@ from django.utils import timezone
 
 from tasks_app import runtime
 from tasks_app.models import Dispatch, JournalEntry, Status, Task, TaskEvent
-from tasks_app.runtime import Outcome
+from tasks_app.runtime import LegOutcome
 from tests.runtime_toolset import RUNS
 from tests.tasks_app.runtime_helpers import (
     RUNTIME_TOOLSETS,
@@ -35,7 +35,7 @@ def _runtime_tools(settings):  # type: ignore[no-untyped-def]
 def test_it_completes_a_task_with_what_the_function_returned(alice) -> None:
     task = submit(alice, "noop")
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     assert task.status == Status.COMPLETED
     assert task.result == {"content": [{"type": "text", "text": "ok"}], "isError": False}
@@ -59,7 +59,7 @@ def test_it_returns_structured_content(alice) -> None:
 def test_a_tool_error_completes_the_task_with_is_error(alice) -> None:
     task = submit(alice, "outcome", how="tool_error")
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     assert task.status == Status.COMPLETED
     assert task.result["isError"] is True
@@ -80,7 +80,7 @@ def test_an_unexpected_exception_reports_its_type_and_message_without_a_tracebac
 def test_a_protocol_error_fails_the_task_with_its_json_rpc_error(alice) -> None:
     task = submit(alice, "outcome", how="protocol_error")
 
-    assert leg(task) == Outcome.FAILED
+    assert leg(task) == LegOutcome.FAILED
 
     assert task.status == Status.FAILED
     assert task.error == {"code": -32050, "message": "bad upstream", "data": {"upstream": "x"}}
@@ -100,7 +100,7 @@ def test_a_tool_that_is_no_longer_enabled_fails_the_task(alice, settings) -> Non
     task = submit(alice, "noop")
     settings.TASKDESK_TOOLSETS = ["demo"]
 
-    assert leg(task) == Outcome.FAILED
+    assert leg(task) == LegOutcome.FAILED
 
     assert task.error["code"] == -32603
     assert "Tool noop is not available on this worker" in task.error["message"]
@@ -119,7 +119,7 @@ def test_the_same_message_delivered_twice_runs_one_leg(alice) -> None:
     second = runtime.run_leg(task_id=task.pk, dispatch_id=dispatch_id)
 
     task.refresh_from_db()
-    assert (first, second) == (Outcome.SUSPENDED, Outcome.SKIPPED)
+    assert (first, second) == (LegOutcome.SUSPENDED, LegOutcome.SKIPPED)
     assert task.status == Status.WORKING
     assert task.leg == 1
     assert events(task).count("leg_started") == 1
@@ -131,7 +131,7 @@ def test_a_leg_does_nothing_while_another_leg_holds_a_live_lease(alice) -> None:
         lease_owner="elsewhere:1:abc", lease_expires_at=timezone.now() + timedelta(seconds=30)
     )
 
-    assert leg(task) == Outcome.SKIPPED
+    assert leg(task) == LegOutcome.SKIPPED
 
     assert task.status == Status.WORKING
     assert task.leg == 0
@@ -144,7 +144,7 @@ def test_a_leg_takes_over_an_expired_lease(alice) -> None:
         lease_owner="dead:1:abc", lease_expires_at=timezone.now() - timedelta(seconds=1)
     )
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
 
 @pytest.mark.parametrize("status", [Status.INPUT_REQUIRED, Status.COMPLETED, Status.CANCELLED])
@@ -152,7 +152,7 @@ def test_a_task_that_is_not_working_is_never_started(alice, status) -> None:
     task = submit(alice, "noop")
     Task.objects.filter(pk=task.pk).update(status=status)
 
-    assert leg(task) == Outcome.SKIPPED
+    assert leg(task) == LegOutcome.SKIPPED
 
     assert task.leg == 0
     assert "leg_started" not in events(task)
@@ -180,7 +180,7 @@ def test_the_sweeper_redispatches_a_task_whose_lease_expired(alice) -> None:
     assert expired.detail == {"owner": "dead:1:abc", "leg": 1}
     assert Dispatch.objects.get(task=stuck, consumed_at__isnull=True).reason == "lease_expired"
     assert not Dispatch.objects.filter(task=live, consumed_at__isnull=True).exists()
-    assert leg(stuck) == Outcome.COMPLETED
+    assert leg(stuck) == LegOutcome.COMPLETED
     assert stuck.leg == 2
     assert runtime.redispatch_expired_leases() == 0
 
@@ -191,9 +191,9 @@ def test_the_sweeper_redispatches_a_task_whose_lease_expired(alice) -> None:
 def test_journaled_steps_run_once_across_legs(alice) -> None:
     task = submit(alice, "steps", label="b")
 
-    assert leg(task) == Outcome.SUSPENDED
+    assert leg(task) == LegOutcome.SUSPENDED
     answer(task, "approve", {"action": "accept", "content": {"approve": True}})
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     assert task.result["structuredContent"] == {
         "loaded": [1, "b"],
@@ -213,7 +213,7 @@ def test_a_different_call_at_a_recorded_position_fails_the_task(alice) -> None:
     recorded = JournalEntry.objects.get(task=task, seq=0).name
     answer(task, "again", {"action": "accept", "content": {}})
 
-    assert leg(task) == Outcome.FAILED
+    assert leg(task) == LegOutcome.FAILED
 
     assert task.status == Status.FAILED
     assert task.error["code"] == -32603
@@ -248,7 +248,7 @@ def test_answers_recorded_at_acceptance_are_replayed(alice) -> None:
         task=task, seq=1, kind="ask", name="ok", outcome={"action": "accept", "content": {"ok": 1}}
     )
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     assert text_of(task.result) == "accept {'ok': 1}"
     assert not task.input_requests.exists()
@@ -262,7 +262,7 @@ def test_a_leg_past_its_time_limit_fails_the_task(alice, checkpoints) -> None:
     task = submit(alice, "busy", checkpoints=checkpoints)
     started = time.monotonic()
 
-    assert leg(task) == Outcome.FAILED
+    assert leg(task) == LegOutcome.FAILED
 
     assert time.monotonic() - started < 2
     assert task.error["message"] == (
@@ -297,7 +297,7 @@ def test_a_leg_stops_at_a_checkpoint_once_cancellation_is_requested(alice) -> No
     Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
     started = time.monotonic()
 
-    assert leg(task) == Outcome.CANCELLED
+    assert leg(task) == LegOutcome.CANCELLED
 
     assert time.monotonic() - started < 1
     assert task.status == Status.CANCELLED
@@ -333,7 +333,7 @@ def test_the_job_runs_a_leg(alice) -> None:
 def test_a_leg_that_lost_its_lease_does_not_end_the_task(alice) -> None:
     task = submit(alice, "hands_over")
 
-    assert leg(task) == Outcome.LEASE_LOST
+    assert leg(task) == LegOutcome.LEASE_LOST
 
     assert task.status == Status.WORKING
     assert task.lease_owner == "newer:1:abc"
@@ -356,7 +356,7 @@ def test_a_worker_runs_waiting_tasks_oldest_first_and_their_messages_then_do_not
         task.refresh_from_db()
         assert (task.status, task.leg) == (Status.COMPLETED, 1)
         # The task's own message arrives later and finds its record consumed.
-        assert runtime.run_leg(task_id=task.pk, dispatch_id=record) == Outcome.SKIPPED
+        assert runtime.run_leg(task_id=task.pk, dispatch_id=record) == LegOutcome.SKIPPED
         task.refresh_from_db()
         assert task.leg == 1
     assert runtime.run_waiting_legs(seconds=5) == 0  # nothing is waiting any more

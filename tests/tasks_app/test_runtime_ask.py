@@ -9,7 +9,7 @@ from elicitations import transitions as elicitations
 from elicitations.models import RequestStatus
 from tasks_app import transitions
 from tasks_app.models import JournalEntry, Status
-from tasks_app.runtime import Outcome
+from tasks_app.runtime import LegOutcome
 from tests.runtime_toolset import RUNS
 from tests.tasks_app.runtime_helpers import (
     RUNTIME_TOOLSETS,
@@ -34,7 +34,7 @@ def test_a_question_for_the_client_suspends_the_leg_and_requires_input(
     task = submit(alice, "steps")
 
     with django_capture_on_commit_callbacks() as callbacks:
-        assert leg(task) == Outcome.SUSPENDED
+        assert leg(task) == LegOutcome.SUSPENDED
 
     assert task.status == Status.INPUT_REQUIRED
     assert task.status_message == "Approve a?"
@@ -69,7 +69,7 @@ def test_an_answer_dispatches_the_leg_that_receives_it(
     assert task.status == Status.WORKING
     assert len(callbacks) == 1  # the new leg's dispatch record is published after commit
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
     assert task.result["structuredContent"]["content"] == {"approve": False}
     assert task.leg == 2
 
@@ -123,7 +123,7 @@ def test_an_expired_question_with_on_timeout_fail_ends_the_task_without_another_
 def test_an_operator_question_keeps_the_task_working_with_a_status_message(alice) -> None:
     task = submit(alice, "asks_operator")
 
-    assert leg(task) == Outcome.SUSPENDED
+    assert leg(task) == LegOutcome.SUSPENDED
 
     assert task.status == Status.WORKING
     assert task.status_message == "Waiting for an operator in the inbox: Let it through?"
@@ -141,7 +141,7 @@ def test_an_operator_answer_resumes_the_working_task(alice, operator) -> None:
 
     answer(task, "ok", {"action": "accept", "content": {"ok": True}}, channel=Channel.INBOX,
            user=operator)  # fmt: skip
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     assert text_of(task.result) == "accept {'ok': True}"
 
@@ -157,19 +157,19 @@ def test_questions_asked_together_are_all_pending_at_once(alice, operator) -> No
     assert [r.ask_key for r in pending(task)] == ["client_ok", "operator_ok"]
     answer(task, "client_ok", {"action": "accept", "content": {"ok": True}})
     # Only the operator's question is left: a leg replays up to it and waits as working.
-    assert leg(task) == Outcome.SUSPENDED
+    assert leg(task) == LegOutcome.SUSPENDED
     assert task.status == Status.WORKING
     assert task.status_message == "Waiting for an operator in the inbox: Operator, ok?"
     assert [r.ask_key for r in pending(task)] == ["operator_ok"]
     answer(task, "operator_ok", {"action": "decline"}, channel=Channel.INBOX, user=operator)
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
     assert task.result["structuredContent"] == {"client_ok": "accept", "operator_ok": "decline"}
 
 
 def test_a_schema_outside_mcps_subset_is_refused_at_ask_time(alice) -> None:
     task = submit(alice, "bad_schema")
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     assert text_of(task.result).startswith("refused: ")
     assert "a" in text_of(task.result)
@@ -195,6 +195,6 @@ def test_a_cancellation_requested_during_a_leg_stops_it_at_the_question(alice) -
     task = submit(alice, "steps")
     Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
 
-    assert leg(task) == Outcome.CANCELLED
+    assert leg(task) == LegOutcome.CANCELLED
 
     assert not task.input_requests.exists()

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from tasks_app import dispatch, runtime, transitions
 from tasks_app.models import Dispatch, Effect, Status, Task
-from tasks_app.runtime import Outcome
+from tasks_app.runtime import LegOutcome
 from tests.runtime_toolset import CRASH_IN_EFFECT, RUNS, WorkerDied
 from tests.tasks_app.runtime_helpers import (
     RUNTIME_TOOLSETS,
@@ -43,7 +43,7 @@ def crashed_leg(task: Task) -> None:
 def test_an_effect_is_intended_before_its_body_and_confirmed_after(alice) -> None:
     task = submit(alice, "charge")
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     effect = Effect.objects.get(task=task)
     assert effect.state == "confirmed"
@@ -87,7 +87,7 @@ def test_an_effect_interrupted_without_a_verify_hook_waits_for_an_operator(alice
     task = submit(alice, "charge")
     crashed_leg(task)
 
-    assert leg(task) == Outcome.AWAITING_OPERATOR
+    assert leg(task) == LegOutcome.AWAITING_OPERATOR
 
     effect = Effect.objects.get(task=task)
     assert effect.state == "unknown"
@@ -120,7 +120,7 @@ def test_an_operator_who_says_it_happened_lets_the_task_finish_without_repeating
         "olga",
         True,
     )
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
     assert RUNS["charge"] == 1
 
 
@@ -133,7 +133,7 @@ def test_an_operator_who_says_it_did_not_happen_gets_it_run_again_with_the_same_
     effect = Effect.objects.get(task=task)
 
     runtime.reconcile_effect(effect_id=effect.pk, happened=False, user=operator)
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     effect.refresh_from_db()
     assert effect.state == "confirmed"
@@ -156,7 +156,7 @@ def test_verify_saying_it_happened_confirms_the_effect_and_skips_the_body(alice)
     task = submit(alice, "charge", verify="yes")
     crashed_leg(task)
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     effect = Effect.objects.get(task=task)
     assert effect.state == "confirmed"
@@ -170,7 +170,7 @@ def test_verify_saying_it_did_not_happen_runs_the_body_again_with_the_same_key(a
     task = submit(alice, "charge", verify="no")
     crashed_leg(task)
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     effect = Effect.objects.get(task=task)
     assert effect.state == "confirmed"
@@ -191,7 +191,7 @@ def test_an_operator_who_confirms_while_verify_runs_is_not_overruled_into_a_reru
     task = submit(alice, "charge", verify="operator_confirms_meanwhile")
     crashed_leg(task)
 
-    assert leg(task) == Outcome.COMPLETED
+    assert leg(task) == LegOutcome.COMPLETED
 
     effect = Effect.objects.get(task=task)
     assert effect.state == "confirmed"
@@ -203,7 +203,7 @@ def test_a_verify_hook_that_raises_leaves_the_decision_to_an_operator(alice) -> 
     task = submit(alice, "charge", verify="raise")
     crashed_leg(task)
 
-    assert leg(task) == Outcome.AWAITING_OPERATOR
+    assert leg(task) == LegOutcome.AWAITING_OPERATOR
 
     assert "its verify hook raised ConnectionError: provider unreachable" in task.status_message
 
@@ -212,7 +212,7 @@ def test_no_effect_starts_once_cancellation_is_requested(alice) -> None:
     task = submit(alice, "charge")
     Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
 
-    assert leg(task) == Outcome.CANCELLED
+    assert leg(task) == LegOutcome.CANCELLED
 
     assert not Effect.objects.filter(task=task).exists()
     assert RUNS["charge"] == 0
@@ -226,7 +226,7 @@ def test_a_cancelled_task_compensates_its_confirmed_effects(alice) -> None:
     # leased task): the replayed effect is not run again, but it is compensated.
     Task.objects.filter(pk=task.pk).update(cancel_requested_at=timezone.now())
 
-    assert leg(task) == Outcome.CANCELLED
+    assert leg(task) == LegOutcome.CANCELLED
 
     effect = Effect.objects.get(task=task)
     assert effect.state == "compensated"
@@ -262,7 +262,7 @@ def test_a_question_inside_an_effect_body_is_refused(alice) -> None:
 
 def test_a_task_cancelled_while_it_waits_is_cancelled_at_once_and_undone_by_a_leg(alice) -> None:
     task = submit(alice, "charge_then_ask")
-    assert leg(task) == Outcome.SUSPENDED
+    assert leg(task) == LegOutcome.SUSPENDED
     effect = Effect.objects.get(task=task)
     assert (effect.state, effect.compensable) == ("confirmed", True)
 
@@ -276,7 +276,7 @@ def test_a_task_cancelled_while_it_waits_is_cancelled_at_once_and_undone_by_a_le
     record = Dispatch.objects.get(task=task, consumed_at__isnull=True)
     assert record.reason == "compensate"
 
-    assert leg(task) == Outcome.UNDONE
+    assert leg(task) == LegOutcome.UNDONE
 
     effect.refresh_from_db()
     assert effect.state == "compensated"
@@ -294,7 +294,7 @@ def test_a_task_cancelled_while_it_waits_is_cancelled_at_once_and_undone_by_a_le
     assert not task.input_requests.filter(status="pending").exists()
     # Nothing is left to undo: another message for the task does nothing.
     dispatch.enqueue(task, reason="compensate")
-    assert leg(task) == Outcome.SKIPPED
+    assert leg(task) == LegOutcome.SKIPPED
     assert RUNS[f"undo:{effect.downstream_key}"] == 1
 
 
@@ -325,6 +325,6 @@ def test_an_undo_leg_that_died_is_run_again_by_the_sweeper(alice) -> None:
     assert runtime.redispatch_expired_leases() == 1
 
     assert Dispatch.objects.get(task=task, consumed_at__isnull=True).reason == "compensate"
-    assert leg(task) == Outcome.UNDONE
+    assert leg(task) == LegOutcome.UNDONE
     assert Effect.objects.get(task=task).state == "compensated"
     assert "lease_expired" in events(task)

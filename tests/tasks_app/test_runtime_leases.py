@@ -10,7 +10,7 @@ from django.db import connection
 
 from tasks_app import runtime
 from tasks_app.models import Status, Task
-from tasks_app.runtime import Outcome
+from tasks_app.runtime import LegOutcome
 from tests.tasks_app.runtime_helpers import RUNTIME_TOOLSETS, events, next_dispatch, submit
 
 
@@ -47,7 +47,7 @@ def test_a_leg_longer_than_its_lease_keeps_it_by_renewing(alice) -> None:
         stop.set()
 
     task.refresh_from_db()
-    assert outcome == Outcome.COMPLETED
+    assert outcome == LegOutcome.COMPLETED
     assert len(sweeps) >= 8
     assert set(sweeps) == {0}  # the sweeper never found the lease expired
     assert task.leg == 1
@@ -75,7 +75,7 @@ def test_a_leg_whose_lease_was_taken_over_stops_and_writes_nothing_more(alice) -
         stop.set()
 
     task.refresh_from_db()
-    assert outcome == Outcome.LEASE_LOST
+    assert outcome == LegOutcome.LEASE_LOST
     assert time.monotonic() - started < 2  # noticed within one renewal interval
     assert task.status == Status.WORKING
     assert task.lease_owner == "newer:1:abc"

@@ -39,5 +39,5 @@ def prompts_get(call: Call) -> dict[str, Any] | Streamed:
         return {"description": prompt.description, "messages": rendered}
 
     return running.run(
-        call, subject=f"prompt:{name}", arguments_fp=mrtr.fingerprint(given), body=body
+        call, subject=f"prompt:{name}", arguments_fp=mrtr.arguments_digest(given), body=body
     )

@@ -20,8 +20,8 @@ from typing import Any
 
 from django.conf import settings
 
-from tasks_app import acceptance
-from tasks_app.mcp import catalog, mrtr, wire
+from tasks_app import acceptance, selectors
+from tasks_app.mcp import catalog, keys, mrtr, wire
 from tasks_app.mcp.errors import (
     InternalError,
     InvalidParams,
@@ -62,17 +62,18 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
         return _run_here(call, tool, arguments, can_escalate=tool.escalate and with_tasks)
     if with_tasks:
         receipt = _accept(call, tool, arguments)
-        return wire.create_task_result(receipt.task, acceptance.receipt_meta(receipt))
-    if _keyed(call, tool, arguments) or tool.requires_idempotency_key:
+        return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))
+    if tool.requires_idempotency_key or _keyed(call, tool, arguments):
         return _await(_accept(call, tool, arguments))
     return _run_here(call, tool, arguments)
 
 
 def _keyed(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> bool:
-    return (
-        call.header(acceptance.HEADER) is not None
-        or call.envelope.meta.get(acceptance.META_KEY) is not None
-        or (tool.key_argument is not None and arguments.get(tool.key_argument) is not None)
+    return keys.sent(
+        tool=tool,
+        arguments=arguments,
+        header_key=call.header(keys.HEADER),
+        meta_key=call.envelope.meta.get(keys.META_KEY),
     )
 
 
@@ -82,14 +83,21 @@ def _accept(
     arguments: dict[str, Any],
     journal: list[dict[str, Any]] | None = None,
 ) -> acceptance.Receipt:
+    """Resolve the call's idempotency key from its carriers and accept the task: the one
+    call into ``acceptance`` of a ``tools/call``."""
     try:
+        key = keys.resolve_key(
+            tool=tool,
+            arguments=arguments,
+            header_key=call.header(keys.HEADER),
+            meta_key=call.envelope.meta.get(keys.META_KEY),
+        )
         return acceptance.accept(
             client=call.client,
             tool=tool,
             arguments=arguments,
             era=Era.MODERN,
-            header_key=call.header(acceptance.HEADER),
-            meta_key=call.envelope.meta.get(acceptance.META_KEY),
+            key=key,
             journal=journal,
         )
     except acceptance.AcceptanceError as exc:
@@ -112,7 +120,7 @@ def _run_here(
             value = tool.func(ctx, **normalized)
         except Escalate:
             receipt = _accept(call, tool, arguments, journal=ctx.journal)
-            return wire.create_task_result(receipt.task, acceptance.receipt_meta(receipt))
+            return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))
         except ToolError as exc:
             result = error_result(str(exc))
         except Cancelled:
@@ -126,7 +134,7 @@ def _run_here(
     return running.run(
         call,
         subject=f"tool:{tool.name}",
-        arguments_fp=mrtr.fingerprint(normalized),
+        arguments_fp=mrtr.arguments_digest(normalized),
         body=body,
         can_escalate=can_escalate,
     )
@@ -134,8 +142,11 @@ def _run_here(
 
 def _await(receipt: acceptance.Receipt) -> dict[str, Any]:
     """Wait for a keyed task and answer with its outcome, as a synchronous call would."""
-    task = acceptance.wait_for_outcome(receipt.task.pk, settings.TASKDESK_SYNC_WAIT_SECONDS)
-    meta = {TASK_ID_META: task.pk, **acceptance.receipt_meta(receipt)}
+    try:
+        task = selectors.wait_for_outcome(receipt.task.pk, settings.TASKDESK_SYNC_WAIT_SECONDS)
+    except selectors.TaskNotFound:
+        raise InternalError(f"The job {receipt.task.pk} disappeared before it finished") from None
+    meta = {TASK_ID_META: task.pk, **wire.receipt_meta(receipt)}
     if task.status == Status.FAILED:
         error = task.error or {}
         raise _failed(task, error)

@@ -15,8 +15,8 @@ import wave
 import zlib
 from typing import Any
 
-from tasks_app.mcp.catalog import Prompt, PromptArgument, Resource, ResourceTemplate
 from tasks_app.tools import ProtocolError, Question, ToolContext, ToolError, ToolResult, Toolset
+from tasks_app.tools.prompts import Prompt, PromptArgument, Resource, ResourceTemplate
 from tasks_app.tools.results import text
 
 tools = Toolset("conformance")

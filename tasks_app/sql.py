@@ -1,0 +1,640 @@
+"""The hot-path statements: accepting a call, claiming and renewing a lease, ending a leg,
+and the prepared task read, in one module.
+
+Every ``tools/call``, every leg and every ``tasks/get`` runs these, so they are written as
+SQL once per process instead of being built by the ORM on each call (building the query
+cost more CPU than running it). ``hot_path()`` chooses, once, between two implementations
+of the same operations; no other module asks which database it runs on:
+
+- ``PostgreSQL``: each operation is a single statement (data-modifying CTEs), atomic by
+  itself and so run outside any transaction block, in one round trip, and prepared on the
+  server (see ``fetch_prepared``). These statements use what only PostgreSQL has: ``ON
+  CONFLICT ... DO NOTHING`` with a partial unique index, ``FOR UPDATE SKIP LOCKED``, data-
+  modifying CTEs and ``jsonb``.
+- ``Portable`` (SQLite, the embedded default): the same operations as short sequences of
+  statements inside a transaction (SQLite's IMMEDIATE transactions serialize writers).
+
+Who writes what here:
+
+- ``Task.status``: only ``end_leased`` changes it, and only ``tasks_app.transitions`` calls
+  that (``insert_or_get`` inserts new rows as ``working``).
+- The lease columns (``lease_owner``, ``lease_expires_at``, ``leg``): this module is their
+  only writer (``claim``, ``claim_next``, ``renew``, ``release``, ``expire_lease`` and the
+  end of a leg, which clears the lease in the statement that ends the task).
+- ``TaskEvent`` rows written inside these statements go through ``_EVENT_INSERT``, built once.
+- Pending questions are closed through ``tasks_app.seams`` (the elicitations app owns them).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from functools import cache, cached_property
+from typing import Any
+
+import psycopg
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, transaction
+from django.db.backends.base.base import BaseDatabaseWrapper
+from django.db.models import Field
+from django.db.models.expressions import Col
+from psycopg.types.json import Jsonb
+
+from tasks_app import seams
+from tasks_app.models import (
+    Actor,
+    Dispatch,
+    Effect,
+    EffectState,
+    EventKind,
+    JournalEntry,
+    Status,
+    Task,
+    TaskEvent,
+    event,
+)
+
+# --- task rows ------------------------------------------------------------------------------
+
+# Field types whose Python values psycopg takes as they are (Django's preparation of them is
+# the identity on PostgreSQL); any other type goes through get_db_prep_save.
+_AS_IS = (
+    models.CharField,
+    models.TextField,
+    models.IntegerField,
+    models.BooleanField,
+    models.DateTimeField,
+    models.ForeignKey,
+)
+
+
+@dataclass(frozen=True)
+class Column:
+    """One column of the task row, with what writing and reading it needs."""
+
+    name: str
+    field: Field[Any, Any]
+    col: Col
+    as_is: bool
+    converters: tuple[Any, ...]
+
+    def value(self, task: Task, db: BaseDatabaseWrapper) -> Any:
+        value = getattr(task, self.field.attname)
+        if value is None and getattr(self.field, "auto_now_add", False):
+            value = self.field.pre_save(task, True)
+        return value if self.as_is else self.field.get_db_prep_save(value, connection=db)
+
+
+@cache
+def task_columns() -> tuple[Column, ...]:
+    db = connections[DEFAULT_DB_ALIAS]
+    columns = []
+    for field in Task._meta.concrete_fields:
+        col = field.get_col(Task._meta.db_table)
+        columns.append(
+            Column(
+                name=field.column,
+                field=field,
+                col=col,
+                as_is=isinstance(field, _AS_IS),
+                converters=tuple(db.ops.get_db_converters(col) + col.get_db_converters(db)),
+            )
+        )
+    return tuple(columns)
+
+
+def task_from_row(
+    db: BaseDatabaseWrapper, columns: tuple[Column, ...], values: tuple[Any, ...]
+) -> Task:
+    # What Django's SQL compiler does with a fetched row: run each column's converters.
+    converted = list(values)
+    for i, column in enumerate(columns):
+        for converter in column.converters:
+            converted[i] = converter(converted[i], column.col, db)
+    return Task.from_db(db.alias, [column.field.attname for column in columns], converted)
+
+
+def fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
+    """PostgreSQL only: run SQL as a prepared statement (parsed and planned once per
+    connection, which matters for the big statements of the hot paths) and return its first
+    row. Errors become Django's database errors.
+
+    Django's cursors bind parameters on the client, and its psycopg backend disables
+    psycopg's own preparation; this runs a psycopg cursor on Django's connection instead.
+    """
+    db = connections[DEFAULT_DB_ALIAS]
+    with db.wrap_database_errors:
+        db.ensure_connection()
+        with psycopg.Cursor(db.connection) as cursor:
+            cursor.execute(sql, params, prepare=True)
+            row: tuple[Any, ...] | None = cursor.fetchone()
+    return row
+
+
+# --- what the operations return -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Accepted:
+    """``insert_or_get``: the new task was inserted with its event and dispatch record."""
+
+    task: Task
+    dispatch_id: int
+
+
+@dataclass(frozen=True)
+class Existing:
+    """``insert_or_get``: the client's key already named this task. A ``duplicate_submission``
+    event was written if its fingerprint matches; nothing was written otherwise."""
+
+    task: Task
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """What a leg needs of its task, read by the claiming statement itself."""
+
+    tool_name: str
+    arguments: Any
+    leg: int
+    client_id: int
+    has_journal: bool
+    status: str
+
+
+@dataclass(frozen=True)
+class Ending:
+    """The end of a leased task: its terminal STATUS, the event KIND and what to write."""
+
+    task_id: str
+    status: Status
+    kind: EventKind
+    owner: str
+    actor: str
+    fields: dict[str, Any]
+    detail: dict[str, Any]
+    now: datetime
+
+
+# --- the portable implementation ----------------------------------------------------------
+
+
+class Portable:
+    """The hot-path operations for any database Django supports (SQLite in practice)."""
+
+    @property
+    def db(self) -> BaseDatabaseWrapper:
+        # Per thread (Django's connections are thread-local): never cached on the instance.
+        return connections[DEFAULT_DB_ALIAS]
+
+    def q(self, name: str) -> str:
+        return self.db.ops.quote_name(name)
+
+    @cached_property
+    def _tables(self) -> dict[str, str]:
+        return {
+            "task": self.q(Task._meta.db_table),
+            "event": self.q(TaskEvent._meta.db_table),
+            "dispatch": self.q(Dispatch._meta.db_table),
+            "journal": self.q(JournalEntry._meta.db_table),
+            "effect": self.q(Effect._meta.db_table),
+        }
+
+    # Working and not leased by a live leg; or cancelled while nothing ran, with effects to
+    # undo (such a leg replays the journal to find their compensate hooks, then undoes them).
+    @cached_property
+    def _claimable(self) -> str:
+        t = self._tables
+        return (
+            "(lease_owner = '' OR lease_expires_at < {now}) AND (status = {working} OR "
+            f"(status = '{Status.CANCELLED.value}' AND EXISTS (SELECT 1 FROM {t['effect']} e "
+            f"WHERE e.task_id = {t['task']}.id AND e.state = '{EffectState.CONFIRMED.value}' "
+            "AND e.compensable)))"
+        )
+
+    @cached_property
+    def _claim_returning(self) -> str:
+        t = self._tables
+        return (
+            "tool_name, arguments, leg, client_id, "
+            f"EXISTS (SELECT 1 FROM {t['journal']} j WHERE j.task_id = {t['task']}.id) "
+            "AS has_journal, status"
+        )
+
+    @cached_property
+    def _select_for_client(self) -> str:
+        names = ", ".join(self.q(column.name) for column in task_columns())
+        return (
+            f"SELECT {names} FROM {self._tables['task']} "
+            f"WHERE {self.q('id')} = %s AND {self.q('client_id')} = %s"
+        )
+
+    # --- reads ------------------------------------------------------------------------------
+
+    def task_for_client(self, client_id: int, task_id: str) -> Task | None:
+        """Client CLIENT_ID's task TASK_ID, or None."""
+        with self.db.cursor() as cursor:
+            cursor.execute(self._select_for_client, [task_id, client_id])
+            row = cursor.fetchone()
+        return None if row is None else task_from_row(self.db, task_columns(), row)
+
+    # --- acceptance -------------------------------------------------------------------------
+
+    def insert_or_get(
+        self, task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+    ) -> Accepted | Existing:
+        """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless the
+        client's idempotency key already names a task; then return that one. Commits before
+        it returns (``durable``: never inside a caller's transaction)."""
+        for _attempt in range(3):
+            with transaction.atomic(durable=True):
+                try:
+                    # A savepoint, because on PostgreSQL a failed INSERT aborts the transaction.
+                    with transaction.atomic():
+                        task.save(force_insert=True)
+                except IntegrityError:
+                    if task.idempotency_key is None:
+                        raise
+                    # The winner is committed and visible here: PostgreSQL reports the unique
+                    # violation only after the other transaction commits, and this statement
+                    # takes a fresh READ COMMITTED snapshot; on SQLite the IMMEDIATE
+                    # transaction holds the write lock, so every earlier writer has committed.
+                    winner = Task.objects.filter(
+                        client_id=task.client_id, idempotency_key=task.idempotency_key
+                    ).first()
+                    if winner is None:
+                        continue  # purged in between: try again
+                    if winner.fingerprint == task.fingerprint:
+                        event(winner, EventKind.DUPLICATE_SUBMISSION, actor_type=Actor.CLIENT,
+                              actor=actor, era=task.era, carrier=carrier)  # fmt: skip
+                    return Existing(winner)
+                event(task, EventKind.ACCEPTED, actor_type=Actor.CLIENT, actor=actor,
+                      new_status=task.status, era=task.era, carrier=carrier)  # fmt: skip
+                # Published by the caller once this commits (``dispatch.publish_on_commit``).
+                record = Dispatch.objects.create(task=task, reason="accepted")
+                JournalEntry.objects.bulk_create(
+                    JournalEntry(task=task, **{k: e[k] for k in ("seq", "kind", "name", "outcome")})
+                    for e in journal
+                )
+            return Accepted(task, record.pk)
+        raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
+
+    # --- leases -----------------------------------------------------------------------------
+
+    def claim(
+        self, *, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
+        expires: datetime,
+    ) -> Claimed | None:  # fmt: skip
+        """Consume dispatch record DISPATCH_ID (a second delivery finds it consumed and gets
+        None) and take TASK_ID's lease for a new leg, writing ``leg_started``. None when the
+        record was consumed already or the task is not claimable."""
+        with transaction.atomic(), self.db.cursor() as cursor:
+            return self._claim(cursor, task_id, dispatch_id, owner, now, expires)
+
+    def claim_next(
+        self, *, owner: str, now: datetime, expires: datetime
+    ) -> tuple[int, str, Claimed | None] | None:
+        """Consume the oldest dispatch record no leg consumed and claim its task as ``claim``
+        does. None when there is no such record; else (record id, task id, the claim or None
+        when the task was not claimable)."""
+        with transaction.atomic():
+            record = (
+                Dispatch.objects.filter(consumed_at__isnull=True)
+                .order_by("pk")
+                .values_list("pk", "task_id")
+                .first()
+            )
+            if record is None:
+                return None
+            dispatch_id, task_id = record
+            with self.db.cursor() as cursor:
+                return (
+                    dispatch_id,
+                    task_id,
+                    self._claim(cursor, task_id, dispatch_id, owner, now, expires),
+                )
+
+    def _claim(
+        self, cursor: Any, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
+        expires: datetime,
+    ) -> Claimed | None:  # fmt: skip
+        at = self.db.ops.adapt_datetimefield_value
+        t = self._tables
+        if dispatch_id is not None:
+            cursor.execute(
+                f"UPDATE {t['dispatch']} SET consumed_at = %s "
+                "WHERE id = %s AND task_id = %s AND consumed_at IS NULL",
+                [at(now), dispatch_id, task_id],
+            )
+            if cursor.rowcount != 1:
+                return None
+        cursor.execute(
+            f"UPDATE {t['task']} SET lease_owner = %s, lease_expires_at = %s, leg = leg + 1, "
+            f"updated_at = %s WHERE id = %s AND {self._claimable.format(now='%s', working='%s')} "
+            f"RETURNING {self._claim_returning}",
+            [owner, at(expires), at(now), task_id, at(now), Status.WORKING.value],
+        )
+        row = cursor.fetchone()
+        if row is None:
+            return None
+        claimed = self._claimed(row)
+        event(Task(pk=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
+              leg=claimed.leg, dispatch=dispatch_id)  # fmt: skip
+        return claimed
+
+    def _claimed(self, row: tuple[Any, ...]) -> Claimed:
+        tool_name, arguments, leg, client_id, has_journal, status = row
+        arguments = _ARGUMENTS.from_db_value(arguments, None, self.db)
+        return Claimed(tool_name, arguments, leg, client_id, bool(has_journal), status)
+
+    def renew(self, *, task_id: str, owner: str, expires: datetime) -> bool:
+        """Push OWNER's lease expiry to EXPIRES. False if the lease is no longer OWNER's."""
+        return bool(
+            Task.objects.filter(
+                pk=task_id, lease_owner=owner, status__in=[Status.WORKING, Status.CANCELLED]
+            ).update(lease_expires_at=expires)
+        )
+
+    def release(self, *, task_id: str, owner: str | None, now: datetime) -> bool:
+        """Give up OWNER's lease (any lease when OWNER is None), in the caller's transaction.
+        False if OWNER's lease was lost (or there was none)."""
+        leased = Task.objects.filter(pk=task_id)
+        leased = (
+            leased.exclude(lease_owner="") if owner is None else leased.filter(lease_owner=owner)
+        )
+        return bool(leased.update(lease_owner="", lease_expires_at=None, updated_at=now))
+
+    def expire_lease(self, *, task_id: str, status: str, owner: str, now: datetime) -> bool:
+        """Take away OWNER's expired lease of TASK_ID (compare-and-set: a leg that renewed in
+        the meantime keeps it). In the caller's transaction."""
+        return bool(
+            Task.objects.filter(
+                pk=task_id, status=status, lease_owner=owner, lease_expires_at__lt=now
+            ).update(lease_owner="", lease_expires_at=None, updated_at=now)
+        )
+
+    # --- the end of a leg -------------------------------------------------------------------
+
+    def end_leased(self, ending: Ending) -> bool:
+        """End leased, working task ENDING.task_id in ENDING.status: write its fields, clear
+        the lease, write the event and close its pending questions. False, having written
+        nothing, if ENDING.owner no longer holds the lease of a working task."""
+        e = ending
+        with transaction.atomic():
+            changed = Task.objects.filter(
+                pk=e.task_id, status=Status.WORKING, lease_owner=e.owner
+            ).update(status=e.status, updated_at=e.now, finished_at=e.now, lease_owner="",
+                     lease_expires_at=None, **e.fields)  # fmt: skip
+            if not changed:
+                return False
+            task = Task(pk=e.task_id)
+            event(task, e.kind, actor_type=Actor.WORKER, actor=e.actor,
+                  old_status=Status.WORKING, new_status=e.status, **e.detail)  # fmt: skip
+            seams.pending_questions().close(task, reason=e.status)
+        return True
+
+
+_ARGUMENTS = Task._meta.get_field("arguments")
+
+# --- PostgreSQL: one statement per operation ---------------------------------------------
+
+_EVENT_COLUMNS = "(task_id, kind, actor_type, actor, old_status, new_status, detail, created_at)"
+
+
+def _event_insert(table: str, select: str) -> str:
+    """The one shape of a ``TaskEvent`` insert inside a statement: SELECT's rows, in the
+    column order of ``_EVENT_COLUMNS``."""
+    return f"INSERT INTO {table} {_EVENT_COLUMNS}\n{select}"
+
+
+class PostgreSQL(Portable):
+    """The same operations as ``Portable``, each one prepared statement."""
+
+    # --- acceptance -------------------------------------------------------------------------
+    #
+    # The statement inserts the task unless the (client, key) constraint already holds one
+    # (ON CONFLICT DO NOTHING), and in the same statement writes either the "accepted" event
+    # and the dispatch record of the new row, or the "duplicate_submission" event of the
+    # existing row when the fingerprints match.
+    #
+    # Every part sees the snapshot taken when the statement started. A row inserted by a
+    # concurrent transaction that commits after that is skipped by ON CONFLICT (which waits
+    # for it) but is invisible to old_task, so the statement returns nothing; it is then run
+    # again, with a fresh READ COMMITTED snapshot in which the winner is visible.
+
+    @cached_property
+    def insert_or_get_sql(self) -> str:
+        t = self._tables
+        names = [column.name for column in task_columns()]
+        columns = ", ".join(self.q(name) for name in names)
+        values = ", ".join(f"%({name})s" for name in names)
+        accepted = _event_insert(t["event"], f"""
+    SELECT id, '{EventKind.ACCEPTED.value}', %(actor_type)s, %(actor)s, '', status,
+        %(detail)s, %(created_at)s
+    FROM new_task""")  # fmt: skip
+        duplicate = _event_insert(t["event"], f"""
+    SELECT id, '{EventKind.DUPLICATE_SUBMISSION.value}', %(actor_type)s, %(actor)s, '', '',
+        %(detail)s, %(now)s
+    FROM old_task WHERE fingerprint = %(fingerprint)s""")  # fmt: skip
+        return f"""
+WITH new_task AS (
+    INSERT INTO {t["task"]} ({columns}) VALUES ({values})
+    ON CONFLICT (client_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING {columns}
+), old_task AS (
+    SELECT {columns} FROM {t["task"]}
+    WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s
+), accepted_event AS (
+    {accepted}
+), duplicate_event AS (
+    {duplicate}
+), outbox AS (
+    INSERT INTO {t["dispatch"]} (task_id, reason, created_at, attempts)
+    SELECT id, 'accepted', %(created_at)s, 0 FROM new_task
+    RETURNING id
+)
+SELECT new_task.*, outbox.id FROM new_task, outbox
+UNION ALL
+SELECT old_task.*, NULL FROM old_task
+"""
+
+    def insert_or_get(
+        self, task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+    ) -> Accepted | Existing:
+        if journal:  # rare (escalated synchronous calls): the transaction path
+            return super().insert_or_get(task, actor=actor, carrier=carrier, journal=journal)
+        db = self.db
+        columns = task_columns()
+        params = {c.name: c.value(task, db) for c in columns}
+        params.update(
+            actor_type=Actor.CLIENT.value,
+            actor=actor,
+            detail=Jsonb({"era": task.era, "carrier": carrier}),
+            now=task.created_at,
+        )
+        # Outside a transaction the statement commits by itself. Inside one, the receipt
+        # would not be durable on return: a durable atomic block refuses that (except in a
+        # test case).
+        for _attempt in range(3):
+            if db.in_atomic_block:
+                with transaction.atomic(durable=True):
+                    row = fetch_prepared(self.insert_or_get_sql, params)
+            else:
+                row = fetch_prepared(self.insert_or_get_sql, params)
+            if row is None:
+                continue  # lost a race to a transaction that committed meanwhile: look again
+            found = task_from_row(db, columns, row[:-1])
+            return Accepted(found, row[-1]) if row[-1] is not None else Existing(found)
+        raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
+
+    # --- leases -----------------------------------------------------------------------------
+
+    def _claim_cte(self, *, task: str, dispatch: str) -> str:
+        """The claiming UPDATE of a statement whose CTE ``consumed`` holds the record."""
+        t = self._tables
+        claimable = self._claimable.format(working="%(working)s", now="%(now)s")
+        return f"""claimed AS (
+            UPDATE {t["task"]} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s,
+                leg = leg + 1, updated_at = %(now)s
+            WHERE id = {task} AND {claimable}{dispatch}
+            RETURNING id, {self._claim_returning}
+        )"""
+
+    def _started(self, dispatch: str, source: str) -> str:
+        return _event_insert(self._tables["event"], f"""
+            SELECT claimed.id, '{EventKind.LEG_STARTED.value}', %(worker)s, %(owner)s, '', '',
+                jsonb_build_object('leg', leg, 'dispatch', {dispatch}), %(now)s
+            FROM {source}""")  # fmt: skip
+
+    @cached_property
+    def _claim_sql(self) -> str:
+        t = self._tables
+        claimed = self._claim_cte(
+            task="%(task)s",
+            dispatch="\n              AND (%(dispatch)s::bigint IS NULL OR EXISTS (SELECT 1 FROM consumed))",
+        )
+        return f"""
+        WITH consumed AS (
+            UPDATE {t["dispatch"]} SET consumed_at = %(now)s
+            WHERE id = %(dispatch)s AND task_id = %(task)s AND consumed_at IS NULL
+            RETURNING id
+        ), {claimed}, started AS (
+            {self._started("%(dispatch)s::bigint", "claimed")}
+        )
+        SELECT tool_name, arguments, leg, client_id, has_journal, status FROM claimed
+    """
+
+    # The same for the oldest record no leg consumed; SKIP LOCKED lets two workers doing this
+    # at once take different records.
+    @cached_property
+    def _claim_next_sql(self) -> str:
+        t = self._tables
+        claimed = self._claim_cte(task="(SELECT task_id FROM consumed)", dispatch="")
+        return f"""
+        WITH next AS (
+            SELECT id FROM {t["dispatch"]} WHERE consumed_at IS NULL
+            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+        ), consumed AS (
+            UPDATE {t["dispatch"]} SET consumed_at = %(now)s
+            WHERE id = (SELECT id FROM next)
+            RETURNING id, task_id
+        ), {claimed}, started AS (
+            {self._started("consumed.id", "claimed, consumed")}
+        )
+        SELECT consumed.id, consumed.task_id,
+            claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
+            claimed.has_journal, claimed.status
+        FROM consumed LEFT JOIN claimed ON true
+    """
+
+    def _claim_params(self, owner: str, now: datetime, expires: datetime) -> dict[str, Any]:
+        return {
+            "now": now,
+            "expires": expires,
+            "owner": owner,
+            "working": Status.WORKING.value,
+            "worker": Actor.WORKER.value,
+        }
+
+    def claim(
+        self, *, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
+        expires: datetime,
+    ) -> Claimed | None:  # fmt: skip
+        params = self._claim_params(owner, now, expires)
+        row = fetch_prepared(self._claim_sql, {**params, "task": task_id, "dispatch": dispatch_id})
+        return None if row is None else self._claimed(row)
+
+    def claim_next(
+        self, *, owner: str, now: datetime, expires: datetime
+    ) -> tuple[int, str, Claimed | None] | None:
+        row = fetch_prepared(self._claim_next_sql, self._claim_params(owner, now, expires))
+        if row is None:
+            return None
+        dispatch_id, task_id, *claimed = row
+        return dispatch_id, task_id, None if claimed[0] is None else self._claimed(tuple(claimed))
+
+    # --- the end of a leg -------------------------------------------------------------------
+
+    @cache  # noqa: B019 (one instance per process)
+    def _end_leased_sql(self, names: tuple[str, ...]) -> str:
+        t = self._tables
+        assignments = "".join(f", {self.q(name)} = %({name})s" for name in names)
+        questions = seams.pending_questions().closing_statement()
+        ended = _event_insert(t["event"], """
+    SELECT task_id, kind, actor_type, actor, old_status, new_status, detail, %(now)s
+    FROM (
+        SELECT 1 AS n, id AS task_id, %(kind)s AS kind, %(worker)s AS actor_type,
+            %(actor)s AS actor, %(working)s AS old_status, %(to)s AS new_status,
+            %(detail)s::jsonb AS detail
+        FROM ended
+        UNION ALL
+        SELECT 2, %(task_id)s, %(input_closed)s, %(system)s, '', '', '',
+            jsonb_build_object('keys', (SELECT jsonb_agg(key ORDER BY key) FROM closed),
+                               'reason', %(to)s)
+        WHERE EXISTS (SELECT 1 FROM closed)
+    ) AS rows
+    ORDER BY n""")  # fmt: skip
+        return f"""
+WITH ended AS (
+    UPDATE {t["task"]} SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s,
+        lease_owner = '', lease_expires_at = NULL{assignments}
+    WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
+    RETURNING id
+), closed AS (
+    {questions.sql}
+), written AS (
+    {ended}
+)
+SELECT count(*) FROM ended
+"""
+
+    def end_leased(self, ending: Ending) -> bool:
+        # One statement, so one round trip and atomic without a transaction block.
+        e = ending
+        params: dict[str, Any] = {
+            name: Task._meta.get_field(name).get_db_prep_save(value, connection=self.db)
+            for name, value in e.fields.items()
+        }
+        params.update(
+            seams.pending_questions().closing_statement().params,
+            task_id=e.task_id,
+            to=e.status.value,
+            owner=e.owner,
+            kind=e.kind.value,
+            actor=e.actor,
+            detail=Jsonb(e.detail),
+            now=e.now,
+            working=Status.WORKING.value,
+            worker=Actor.WORKER.value,
+            system=Actor.SYSTEM.value,
+            input_closed=EventKind.INPUT_CLOSED.value,
+        )
+        row = fetch_prepared(self._end_leased_sql(tuple(sorted(e.fields))), params)
+        return bool(row and row[0])
+
+
+@cache
+def hot_path() -> Portable:
+    """The implementation for this process's database: the one place that asks."""
+    if connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
+        return PostgreSQL()
+    return Portable()

@@ -47,9 +47,6 @@ def register(era: ProtocolEra, *, default: bool = False) -> None:
 
 
 def select(request: Request, message: dict[str, Any]) -> ProtocolEra:
-    if not _eras:
-        from tasks_app.mcp import modern  # noqa: F401 - registers the default era
-
     for era in _eras:
         if era.claims(request, message):
             return era

@@ -15,7 +15,12 @@ from django.http import HttpResponse, HttpResponseBase
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from tasks_app.mcp import envelope, eras, streaming
+from tasks_app.mcp import (
+    envelope,
+    eras,
+    handlers,  # noqa: F401 (registers the methods)
+    streaming,
+)
 from tasks_app.mcp.errors import (
     HeaderMismatch,
     InvalidParams,
@@ -24,8 +29,8 @@ from tasks_app.mcp.errors import (
     MethodNotFound,
     UnsupportedVersion,
 )
-from tasks_app.mcp.handlers import methods
 from tasks_app.mcp.headers import header
+from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.streaming import Streamed
 from tasks_app.models import Client

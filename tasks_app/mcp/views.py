@@ -19,7 +19,7 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from tasks_app.mcp import eras, streaming
+from tasks_app.mcp import eras, modern, streaming  # noqa: F401 (modern registers its era)
 from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient
 from tasks_app.mcp.errors import (
     ForbiddenOrigin,

@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from django.db import DatabaseError, transaction
 
@@ -48,6 +48,7 @@ from tasks_app.models import (
     event,
 )
 from tasks_app.runtime import leases
+from tasks_app.runtime.effects import Compensation, EffectScope
 from tasks_app.runtime.errors import (
     LeaseLost,
     LegAborted,
@@ -57,9 +58,6 @@ from tasks_app.runtime.errors import (
 )
 from tasks_app.tools import Answer, Cancelled, Question, ToolContext, ToolSpec
 from tasks_app.tools.context import EffectHandle
-
-if TYPE_CHECKING:
-    from tasks_app.runtime.effects import Compensation, EffectScope
 
 T = TypeVar("T")
 
@@ -370,8 +368,6 @@ class TaskContext(ToolContext):
         verify: Callable[[str], bool] | None = None,
         compensate: Callable[[str], None] | None = None,
     ) -> AbstractContextManager[EffectHandle]:
-        from tasks_app.runtime.effects import EffectScope
-
         return EffectScope(
             self,
             _check_name("effect", name),

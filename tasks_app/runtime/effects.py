@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import Any, NoReturn, Protocol
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -44,8 +45,30 @@ from tasks_app.runtime.errors import (
 )
 from tasks_app.tools import Cancelled, EffectFailed, EffectHandle
 
-if TYPE_CHECKING:
-    from tasks_app.runtime.context import TaskContext
+
+class Leg(Protocol):
+    """What the ledger needs of the leg it records for (``context.TaskContext`` is one)."""
+
+    task_id: str
+    leg: int
+    owner: str
+    effect_in_flight: EffectScope | None
+    compensations: list[Compensation]
+
+    def shielded(self) -> AbstractContextManager[None]: ...
+
+    def owned_task(self) -> Task: ...
+
+    def checkpoint(self, *, fresh: bool = False) -> None: ...
+
+    def forbid_in_effect(self, call: str) -> None: ...
+
+    def next_entry(self, kind: str, name: str) -> JournalEntry | None: ...
+
+    def new_seq(self) -> int: ...
+
+    def append(self, entry: JournalEntry) -> None: ...
+
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -68,7 +91,7 @@ class EffectScope(EffectHandle):
 
     def __init__(
         self,
-        ctx: TaskContext,
+        ctx: Leg,
         name: str,
         *,
         target: str,
@@ -320,7 +343,7 @@ class EffectScope(EffectHandle):
             )
 
 
-def compensate_all(ctx: TaskContext, *, reason: str) -> None:
+def compensate_all(ctx: Leg, *, reason: str) -> None:
     """Undo this task's confirmed effects that have a compensate hook, newest first.
 
     Run when a leg ends the task without success (cancelled, tool error, protocol error). A

@@ -233,7 +233,7 @@ def _call(ctx: TaskContext) -> Ending:
     except Exception as exc:
         log.exception("tool raised task=%s leg=%s", task_id, ctx.leg)
         return _completed(results.error_result(f"{type(exc).__name__}: {exc}"))
-    return _completed(results.for_tool(spec, value))
+    return _completed(results.for_tool(spec.name, spec.output_schema, value))
 
 
 def _completed(result: dict[str, Any]) -> Ending:

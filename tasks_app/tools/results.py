@@ -12,13 +12,10 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import jsonschema
 import pydantic
-
-if TYPE_CHECKING:
-    from tasks_app.tools.registry import ToolSpec
 
 
 @dataclass
@@ -59,8 +56,8 @@ def error_result(message: str) -> dict[str, Any]:
     return {"content": [text(message)], "isError": True}
 
 
-def for_tool(spec: ToolSpec, value: Any) -> dict[str, Any]:
-    """Convert what SPEC's function returned, checking it can be stored and sent.
+def for_tool(name: str, output_schema: dict[str, Any] | None, value: Any) -> dict[str, Any]:
+    """Convert what tool NAME's function returned, checking it can be stored and sent.
 
     A value that is not JSON (or holds NaN or infinities), or structured content that does
     not match the tool's output schema, becomes an ``isError`` result that says so: a client
@@ -70,22 +67,22 @@ def for_tool(spec: ToolSpec, value: Any) -> dict[str, Any]:
         result = to_call_tool_result(value)
         json.dumps(result, allow_nan=False)
     except (TypeError, ValueError) as exc:
-        return error_result(f"Tool {spec.name} returned a value that is not valid JSON: {exc}")
-    if spec.output_schema is None or result.get("isError"):
+        return error_result(f"Tool {name} returned a value that is not valid JSON: {exc}")
+    if output_schema is None or result.get("isError"):
         return result
     structured = result.get("structuredContent")
     if structured is None:
         return error_result(
-            f"Tool {spec.name} declares an output schema but returned no structured content"
+            f"Tool {name} declares an output schema but returned no structured content"
         )
     errors = sorted(
-        jsonschema.Draft202012Validator(spec.output_schema).iter_errors(structured),
+        jsonschema.Draft202012Validator(output_schema).iter_errors(structured),
         key=lambda e: list(e.path),
     )
     if errors:
         where = ".".join(str(p) for p in errors[0].path) or "structuredContent"
         return error_result(
-            f"Tool {spec.name} returned structured content that does not match its output "
+            f"Tool {name} returned structured content that does not match its output "
             f"schema: {where}: {errors[0].message}"
         )
     return result

@@ -1,18 +1,8 @@
-"""The methods of the 2026-07-28 wire, registered on ``methods``."""
+"""The methods of the 2026-07-28 wire. Importing this package registers every handler on
+``tasks_app.mcp.methods.methods``; the order does not matter."""
 
 from __future__ import annotations
 
-from tasks_app.mcp.registry import MethodRegistry
+from tasks_app.mcp.handlers import discovery, prompts, resources, tasks, tools
 
-methods = MethodRegistry()
-
-# Registration happens on import; the order does not matter.
-from tasks_app.mcp.handlers import (  # noqa: E402
-    discovery,
-    prompts,
-    resources,
-    tasks,
-    tools,
-)
-
-__all__ = ["discovery", "methods", "prompts", "resources", "tasks", "tools"]
+__all__ = ["discovery", "prompts", "resources", "tasks", "tools"]

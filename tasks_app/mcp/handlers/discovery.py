@@ -9,7 +9,7 @@ from typing import Any
 from tasks_app.mcp import catalog
 from tasks_app.mcp.envelope import SERVER_INFO
 from tasks_app.mcp.errors import TASKS_EXTENSION, InvalidParams
-from tasks_app.mcp.handlers import methods
+from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import CompletionParams, ListParams
 

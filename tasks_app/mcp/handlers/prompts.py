@@ -6,7 +6,8 @@ from typing import Any
 
 from tasks_app.mcp import catalog, mrtr
 from tasks_app.mcp.errors import InternalError, InvalidParams
-from tasks_app.mcp.handlers import methods, running
+from tasks_app.mcp.handlers import running
+from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import PromptsGetParams
 from tasks_app.mcp.streaming import Streamed

@@ -15,7 +15,7 @@ from tasks_app import selectors, transitions
 from tasks_app.mcp import wire
 from tasks_app.mcp.auth import PollThrottle
 from tasks_app.mcp.errors import InvalidParams, Throttled, tasks_extension_required
-from tasks_app.mcp.handlers import methods
+from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import TaskParams, TasksUpdateParams
 from tasks_app.models import Actor, Status, Task

@@ -29,8 +29,9 @@ from tasks_app.mcp.errors import (
     from_code,
     tasks_extension_required,
 )
-from tasks_app.mcp.handlers import methods, running
+from tasks_app.mcp.handlers import running
 from tasks_app.mcp.headers import check_param_headers
+from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import ToolsCallParams
 from tasks_app.mcp.streaming import Streamed

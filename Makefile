@@ -44,9 +44,15 @@ bench: install
 	$(BIN)/python bench/acceptance.py
 	$(BIN)/python bench/runtime.py
 
+# Style, the import contracts and cycles (pyproject.toml [tool.importlinter]), and the types
+# (mypy --strict, [tool.mypy]). Every check runs; the target fails if any of them fails.
 lint: install
-	$(BIN)/ruff check .
-	$(BIN)/ruff format --check .
+	@failed=0; \
+	for check in "$(BIN)/ruff check ." "$(BIN)/ruff format --check ." \
+	    "$(BIN)/lint-imports --no-logo" "$(BIN)/python scripts/import_cycles.py" "$(BIN)/mypy"; do \
+	  echo "==> $$check"; $$check || failed=1; \
+	done; \
+	exit $$failed
 
 fmt: install
 	$(BIN)/ruff format .

@@ -29,7 +29,9 @@ from kombu.utils.json import dumps, loads
 
 
 class Channel(filesystem.Channel):
-    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:
+    # kombu's filesystem.Channel signature, which its stubs also mark as differing from the
+    # base AbstractChannel's (payload, not message); kombu passes it positionally.
+    def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
         folder = self.data_folder_out
         final = os.path.join(folder, f"{round(monotonic() * 1000)}_{uuid.uuid4()}.{queue}.msg")
         # No ".<queue>.msg" suffix: _get skips the file until the rename completes.
@@ -41,7 +43,7 @@ class Channel(filesystem.Channel):
         except OSError as exc:
             raise ChannelError(f"Cannot add a message to {folder!r}") from exc
 
-    def _get(self, queue: str) -> Any:
+    def _get(self, queue: str, timeout: float | None = None) -> Any:  # timeout: never waits
         wanted = f"{queue}.msg"
         claimed_dir = os.path.join(os.path.dirname(self.data_folder_in.rstrip("/")), "claimed")
         os.makedirs(claimed_dir, exist_ok=True)
@@ -71,6 +73,7 @@ class Transport(filesystem.Transport):
 
     def _deliver_ready(self) -> None:
         """Deliver every message the consumers can take now (as many as QoS allows)."""
+        assert self.cycle is not None  # set in virtual.Transport.__init__
         while True:
             try:
                 self.cycle.get(self._deliver)

@@ -15,7 +15,11 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 import dj_database_url
+import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
+
+# Lets the generic classes the type stubs know (admin.ModelAdmin[Task], ...) be subscripted.
+django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 
@@ -203,7 +207,7 @@ if DATABASE_URL:
     if _postgresql and env_bool("DB_PREPARED_STATEMENTS", True):
         _db.setdefault("OPTIONS", {})["prepare_threshold"] = 5
 else:
-    _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": VAR_DIR / "taskdesk.sqlite3"}
+    _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(VAR_DIR / "taskdesk.sqlite3")}
 
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
@@ -266,7 +270,7 @@ SILENCED_SYSTEM_CHECKS = env_list("TASKDESK_SILENCED_CHECKS", [])
 
 # --- Django REST framework ----------------------------------------------------------------
 
-REST_FRAMEWORK = {
+REST_FRAMEWORK: dict[str, object] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,

@@ -1,12 +1,13 @@
 from __future__ import annotations
 
 from django.contrib import admin
+from django.http import HttpRequest
 
 from elicitations.models import InputRequest
 
 
 @admin.register(InputRequest)
-class InputRequestAdmin(admin.ModelAdmin):
+class InputRequestAdmin(admin.ModelAdmin[InputRequest]):
     # Read-only: answers go through elicitations.transitions (the inbox or tasks/update), so
     # every change is checked and lands in the task's timeline.
     list_display = ["key", "task", "audience", "mode", "status", "deadline", "created_at"]
@@ -15,8 +16,8 @@ class InputRequestAdmin(admin.ModelAdmin):
     list_select_related = ["task"]
     readonly_fields = [f.name for f in InputRequest._meta.fields]
 
-    def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_delete_permission(self, request, obj=None) -> bool:  # type: ignore[no-untyped-def]
+    def has_delete_permission(self, request: HttpRequest, obj: InputRequest | None = None) -> bool:
         return False

@@ -45,7 +45,7 @@ def _string_field(prop: Mapping[str, Any], required: bool) -> forms.Field:
         case "uri":
             return forms.CharField(required=required, widget=forms.URLInput(attrs))
         case "date":
-            widget = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
+            widget: forms.Widget = forms.DateInput(attrs={"type": "date"}, format="%Y-%m-%d")
             return forms.DateField(required=required, widget=widget)
         case "date-time":
             widget = forms.DateTimeInput(

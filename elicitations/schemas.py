@@ -290,24 +290,25 @@ _TYPE_WORDS = {
 
 def _message(error: jsonschema.ValidationError) -> str:
     """A short sentence for one jsonschema error, without the field name."""
-    schema, value = error.schema, error.instance
+    # What the failing keyword asked for: the value of schema[error.validator].
+    expected, value = error.validator_value, error.instance
     match error.validator:
         case "type":
-            return f"must be {_TYPE_WORDS.get(str(error.validator_value), error.validator_value)}"
+            return f"must be {_TYPE_WORDS.get(str(expected), expected)}"
         case "minLength":
-            return f"must be at least {schema['minLength']} characters long"
+            return f"must be at least {expected} characters long"
         case "maxLength":
-            return f"must be at most {schema['maxLength']} characters long"
+            return f"must be at most {expected} characters long"
         case "minimum":
-            return f"must be at least {schema['minimum']}"
+            return f"must be at least {expected}"
         case "maximum":
-            return f"must be at most {schema['maximum']}"
+            return f"must be at most {expected}"
         case "minItems":
-            return f"must have at least {schema['minItems']} selected"
+            return f"must have at least {expected} selected"
         case "maxItems":
-            return f"must have at most {schema['maxItems']} selected"
+            return f"must have at most {expected} selected"
         case "format":
-            return f"must be {_FORMAT_WORDS.get(str(schema['format']), schema['format'])}"
+            return f"must be {_FORMAT_WORDS.get(str(expected), expected)}"
         case "enum":
             return f"{value!r} is not one of the options"
         case "oneOf" | "anyOf":

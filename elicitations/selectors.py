@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
@@ -24,7 +24,7 @@ class InputRequestNotFound(Exception):
     pass
 
 
-def _for_operator(user: AbstractBaseUser | AnonymousUser) -> QuerySet[InputRequest]:
+def _for_operator(user: User | AnonymousUser) -> QuerySet[InputRequest]:
     qs = InputRequest.objects.filter(mode=Mode.FORM, audience__in=OPERATOR_AUDIENCES)
     if not user.is_authenticated or not user.is_active:
         return qs.none()
@@ -33,7 +33,7 @@ def _for_operator(user: AbstractBaseUser | AnonymousUser) -> QuerySet[InputReque
     return qs.filter(task__client__tenant__members=user)
 
 
-def inbox_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[InputRequest]:
+def inbox_for(*, user: User | AnonymousUser) -> QuerySet[InputRequest]:
     """Pending questions USER may answer, most urgent deadline first (no deadline last)."""
     return (
         _for_operator(user)
@@ -44,7 +44,7 @@ def inbox_for(*, user: AbstractBaseUser | AnonymousUser) -> QuerySet[InputReques
     )
 
 
-def inbox_count(*, user: AbstractBaseUser | AnonymousUser) -> int:
+def inbox_count(*, user: User | AnonymousUser) -> int:
     return inbox_for(user=user).count()
 
 
@@ -59,9 +59,7 @@ def inbox_version(requests: list[InputRequest]) -> str:
     return hashlib.sha256(f"{minute}|{ids}".encode()).hexdigest()[:16]
 
 
-def input_request_get_for_operator(
-    *, user: AbstractBaseUser | AnonymousUser, request_id: int
-) -> InputRequest:
+def input_request_get_for_operator(*, user: User | AnonymousUser, request_id: int) -> InputRequest:
     """Return an inbox question USER may see, in any status. Raise InputRequestNotFound.
 
     Another tenant's question, a client-only one and a URL-mode one all look missing.

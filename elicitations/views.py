@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
+from django.contrib.auth.models import User
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -29,6 +30,7 @@ INBOX_CHANGED = "inbox-changed"
 
 class HtmxHttpRequest(HttpRequest):
     htmx: HtmxDetails
+    user: User  # every view here is behind operator_login_required
 
 
 @require_GET

@@ -6,24 +6,24 @@ from tasks_app.models import Client, ClientToken, Effect, Task, TaskEvent, Tenan
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin):
+class TenantAdmin(admin.ModelAdmin[Tenant]):
     list_display = ["slug", "created_at"]
     filter_horizontal = ["members"]
 
 
 @admin.register(Client)
-class ClientAdmin(admin.ModelAdmin):
+class ClientAdmin(admin.ModelAdmin[Client]):
     list_display = ["name", "tenant", "created_at"]
     list_filter = ["tenant"]
 
 
 @admin.register(ClientToken)
-class ClientTokenAdmin(admin.ModelAdmin):
+class ClientTokenAdmin(admin.ModelAdmin[ClientToken]):
     list_display = ["prefix", "client", "created_at", "revoked_at"]
     readonly_fields = ["token_hash", "prefix", "client", "created_at"]
 
 
-class EventInline(admin.TabularInline):
+class EventInline(admin.TabularInline[TaskEvent, Task]):
     model = TaskEvent
     extra = 0
     can_delete = False
@@ -38,7 +38,7 @@ class EventInline(admin.TabularInline):
     ]
 
 
-class EffectInline(admin.TabularInline):
+class EffectInline(admin.TabularInline[Effect, Task]):
     model = Effect
     extra = 0
     can_delete = False
@@ -46,7 +46,7 @@ class EffectInline(admin.TabularInline):
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin):
+class TaskAdmin(admin.ModelAdmin[Task]):
     # Status is read-only here: every change goes through tasks_app.transitions.
     list_display = ["id", "tool_name", "client", "status", "created_at"]
     list_filter = ["status", "tool_name", "era"]

@@ -27,7 +27,7 @@ def check_broker() -> dict[str, Any]:
     url = settings.CELERY_BROKER_URL
     scheme = url.split("://", 1)[0]
     if scheme == "filesystem":
-        folder = settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"]
+        folder = str(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
         ok = os.path.isdir(folder) and os.access(folder, os.W_OK)
         return {"ok": ok, "transport": "filesystem"} | (
             {} if ok else {"error": f"{folder} not writable"}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from django import template
-from django.contrib.auth.models import AbstractBaseUser, AnonymousUser
+from django.contrib.auth.models import AnonymousUser, User
 
 from elicitations import selectors
 
@@ -11,7 +11,7 @@ register = template.Library()
 
 
 @register.simple_tag
-def inbox_count_for(user: AbstractBaseUser | AnonymousUser) -> int:
+def inbox_count_for(user: User | AnonymousUser) -> int:
     """How many questions wait for USER in the inbox (0 for anonymous visitors)."""
     if not user.is_authenticated:
         return 0

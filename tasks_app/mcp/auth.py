@@ -7,7 +7,7 @@ the same name: for local trials and conformance runs. A bad token is refused eve
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.core.signals import setting_changed
@@ -75,8 +75,8 @@ class PollThrottle(throttling.SimpleRateThrottle):
     def get_rate(self) -> str | None:
         # Read at each request (DRF reads THROTTLE_RATES once at import), so the setting
         # can change without a restart of the test process.
-        rate: str | None = api_settings.DEFAULT_THROTTLE_RATES.get(self.scope)
-        return rate
+        # The stubs type the rates as numbers; DRF's rates are strings such as "10/second".
+        return cast("str | None", api_settings.DEFAULT_THROTTLE_RATES.get(self.scope))
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         client = request.user

@@ -19,7 +19,7 @@ import secrets
 import threading
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
-from typing import Any, TypeVar
+from typing import Any, TypeGuard, TypeVar
 
 import jsonschema
 
@@ -146,7 +146,7 @@ class SyncContext(ToolContext):
             if not self.envelope.declares(method, mode):
                 raise missing_capability(method, mode)
             response = self.answers.get(key)
-            if _raw_ok(method, response):
+            if _raw_ok(response, method):
                 results[key] = response
             else:
                 missing[key] = {"method": method, "params": params}
@@ -262,7 +262,7 @@ def _answer(response: Any, question: Question) -> Answer | None:
     return Answer(action="accept", content=content)
 
 
-def _raw_ok(method: str, response: Any) -> bool:
+def _raw_ok(response: Any, method: str) -> TypeGuard[dict[str, Any]]:
     if not isinstance(response, dict):
         return False
     if method == "elicitation/create":

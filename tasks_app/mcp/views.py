@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import logging
-from typing import Any
+from typing import Any, cast
 
 from django.conf import settings
 from django.http import HttpResponseBase
@@ -33,6 +33,7 @@ from tasks_app.mcp.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from tasks_app.models import Client
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -78,7 +79,8 @@ class McpView(APIView):
     def post(self, request: Request) -> HttpResponseBase:
         message = self._message(request)
         era = eras.select(request, message)
-        return era.handle(request, self, message, request.user)
+        client = cast(Client, request.user)  # HasClient lets only a client through
+        return era.handle(request, self, message, client)
 
     def _message(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("Content-Type", "")
@@ -112,7 +114,8 @@ class McpView(APIView):
             raise InvalidRequest('jsonrpc must be "2.0"')
         return message
 
-    def handle_exception(self, exc: Exception) -> HttpResponseBase:
+    # DRF's dispatch takes any HttpResponseBase from here; its stubs ask for a Response.
+    def handle_exception(self, exc: Exception) -> HttpResponseBase:  # type: ignore[override]
         if isinstance(exc, McpError):
             return streaming.error_response(None, exc)
         if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):

@@ -516,9 +516,8 @@ def _sampled_text(result: dict[str, Any]) -> str:
     content = result.get("content")
     if isinstance(content, list):
         content = content[0] if content else {}
-    if isinstance(content, dict) and isinstance(content.get("text"), str):
-        return content["text"]
-    return "(no text)"
+    text = content.get("text") if isinstance(content, dict) else None
+    return text if isinstance(text, str) else "(no text)"
 
 
 # --- prompts -----------------------------------------------------------------------------

@@ -83,7 +83,7 @@ class Receipt:
 # --- fingerprints ------------------------------------------------------------------------
 
 
-def digest(value: object) -> str:
+def digest(value: Any) -> str:
     """SHA-256 (hex) of the RFC 8785 canonical JSON of VALUE: equal JSON data, equal digest
     (key order and number spelling do not matter). Raise InvalidToolArguments for data JSON
     cannot carry exactly."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 
 from tasks_app import sql
@@ -22,15 +23,17 @@ def task_get_for_client(*, client: Client, task_id: str) -> Task:
     return task
 
 
-def tasks_visible_to(user) -> QuerySet[Task]:  # type: ignore[no-untyped-def]
+def tasks_visible_to(user: User | AnonymousUser) -> QuerySet[Task]:
     """Tasks an operator may see: their tenants' tasks (superusers see all)."""
     qs = Task.objects.select_related("client__tenant")
     if user.is_superuser:
         return qs
+    if not isinstance(user, User):  # anonymous: no tenant
+        return qs.none()
     return qs.filter(client__tenant__members=user)
 
 
-def task_get_for_operator(*, user, task_id: str) -> Task:  # type: ignore[no-untyped-def]
+def task_get_for_operator(*, user: User | AnonymousUser, task_id: str) -> Task:
     """Return task TASK_ID if USER may see it (its tenant's member, or a superuser).
 
     Raise TaskNotFound otherwise: another tenant's task looks exactly like a missing one.

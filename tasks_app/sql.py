@@ -90,6 +90,7 @@ def task_columns() -> tuple[Column, ...]:
     columns = []
     for field in Task._meta.concrete_fields:
         col = field.get_col(Task._meta.db_table)
+        assert field.column is not None  # a concrete field has a column
         columns.append(
             Column(
                 name=field.column,
@@ -343,7 +344,7 @@ class Portable:
 
     def _claimed(self, row: tuple[Any, ...]) -> Claimed:
         tool_name, arguments, leg, client_id, has_journal, status = row
-        arguments = _ARGUMENTS.from_db_value(arguments, None, self.db)
+        arguments = _ARGUMENTS.from_db_value(arguments, _ARGUMENTS_COL, self.db)
         return Claimed(tool_name, arguments, leg, client_id, bool(has_journal), status)
 
     def renew(self, *, task_id: str, owner: str, expires: datetime) -> bool:
@@ -394,6 +395,8 @@ class Portable:
 
 
 _ARGUMENTS = Task._meta.get_field("arguments")
+assert isinstance(_ARGUMENTS, models.JSONField)
+_ARGUMENTS_COL = _ARGUMENTS.get_col(Task._meta.db_table)
 
 # --- PostgreSQL: one statement per operation ---------------------------------------------
 
@@ -611,7 +614,7 @@ SELECT count(*) FROM ended
         # One statement, so one round trip and atomic without a transaction block.
         e = ending
         params: dict[str, Any] = {
-            name: Task._meta.get_field(name).get_db_prep_save(value, connection=self.db)
+            name: _task_field(name).get_db_prep_save(value, connection=self.db)
             for name, value in e.fields.items()
         }
         params.update(
@@ -630,6 +633,12 @@ SELECT count(*) FROM ended
         )
         row = fetch_prepared(self._end_leased_sql(tuple(sorted(e.fields))), params)
         return bool(row and row[0])
+
+
+def _task_field(name: str) -> Field[Any, Any]:
+    field = Task._meta.get_field(name)
+    assert isinstance(field, Field)
+    return field
 
 
 @cache

@@ -82,14 +82,15 @@ def _move(
     for name, value in (fields or {}).items():
         setattr(task, name, value)
         update.append(name)
+    now = timezone.now()
     if to in TERMINAL_STATUSES:
-        task.finished_at = timezone.now()
+        task.finished_at = now
         update.append("finished_at")
     task.save(update_fields=update)
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
     if to in TERMINAL_STATUSES:
         if task.lease_owner:  # a terminal task holds no lease (a leg still running loses it)
-            sql.hot_path().release(task_id=task.pk, owner=None, now=task.finished_at)
+            sql.hot_path().release(task_id=task.pk, owner=None, now=now)
             task.lease_owner, task.lease_expires_at = "", None
         seams.pending_questions().close(task, reason=to)
     return task

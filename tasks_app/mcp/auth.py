@@ -72,6 +72,10 @@ class PollThrottle(throttling.SimpleRateThrottle):
 
     scope = "mcp_poll"
 
+    def __init__(self, task_id: str) -> None:
+        super().__init__()
+        self.task_id = task_id
+
     def get_rate(self) -> str | None:
         # Read at each request (DRF reads THROTTLE_RATES once at import), so the setting
         # can change without a restart of the test process.
@@ -80,7 +84,6 @@ class PollThrottle(throttling.SimpleRateThrottle):
 
     def get_cache_key(self, request: Request, view: APIView) -> str | None:
         client = request.user
-        task_id = getattr(view, "task_id", None)
         if not isinstance(client, Client):
             return None
-        return self.cache_format % {"scope": self.scope, "ident": f"{client.pk}:{task_id}"}
+        return self.cache_format % {"scope": self.scope, "ident": f"{client.pk}:{self.task_id}"}

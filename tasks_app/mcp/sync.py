@@ -85,8 +85,7 @@ class SyncContext(ToolContext):
         cancelled: threading.Event | None = None,
     ) -> None:
         self.task_id = None
-        self.client_name = client.name
-        self.tenant = client.tenant.slug
+        self._client = client
         self.envelope = envelope
         self.name = name
         self.answers = answers
@@ -99,6 +98,14 @@ class SyncContext(ToolContext):
         self.journal: list[dict[str, Any]] = []
 
     # --- questions -----------------------------------------------------------------------
+
+    @property
+    def client_name(self) -> str:
+        return self._client.name
+
+    @property
+    def tenant(self) -> str:
+        return self._client.tenant.slug
 
     def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         self.check_cancelled()

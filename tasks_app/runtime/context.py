@@ -30,7 +30,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from functools import cached_property
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar, cast
 
 from django.db import DatabaseError, transaction
 
@@ -71,7 +71,7 @@ CANCEL_POLL_SECONDS = 0.1
 PROGRESS_WRITE_SECONDS = 0.25
 NAME_MAX = 200
 
-ANSWER_ACTIONS = {
+ANSWER_ACTIONS: dict[str, Literal["accept", "decline", "cancel"]] = {
     RequestStatus.ANSWERED: "accept",
     RequestStatus.DECLINED: "decline",
     RequestStatus.CANCELLED: "cancel",
@@ -110,7 +110,7 @@ class TaskContext(ToolContext):
         self.task = task
         self.spec = spec
         self.owner = owner
-        self.task_id = task.pk
+        self.task_id: str = task.pk
         self.leg = task.leg
         self.lease: leases.Lease | None = None
         # Set by run_leg when the tool has a time limit (monotonic clock).
@@ -140,11 +140,11 @@ class TaskContext(ToolContext):
     def _client(self) -> Client:
         return Client.objects.select_related("tenant").get(pk=self.task.client_id)
 
-    @property  # type: ignore[override]
+    @property
     def client_name(self) -> str:
         return self._client.name
 
-    @property  # type: ignore[override]
+    @property
     def tenant(self) -> str:
         return self._client.tenant.slug
 
@@ -383,7 +383,7 @@ class TaskContext(ToolContext):
         entry = self.next_entry(JournalKind.STEP, _check_name("step", name))
         if entry is not None:
             outcome = entry.outcome if isinstance(entry.outcome, dict) else {}
-            return outcome.get("value")  # type: ignore[return-value]
+            return cast(T, outcome.get("value"))
         try:
             value = _json_value(fn(), what=f"ctx.step({name!r})")
         except BaseException:
@@ -400,7 +400,7 @@ class TaskContext(ToolContext):
                 outcome={"value": value},
             )
         self.append(recorded)
-        return value  # type: ignore[no-any-return]
+        return cast(T, value)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         self.checkpoint()

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, NoReturn, Protocol
+from typing import Any, Literal, NoReturn, Protocol
 
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
@@ -186,7 +186,7 @@ class EffectScope(EffectHandle):
         if self.verify is None:
             self._await_operator("the tool has no verify hook")
         try:
-            happened = bool(self.verify(self.key))  # type: ignore[misc]
+            happened = bool(self.verify(self.key))
         except LegInterrupt:
             raise
         except Exception as exc:
@@ -246,7 +246,7 @@ class EffectScope(EffectHandle):
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
-    ) -> bool:
+    ) -> Literal[False]:
         self.ctx.effect_in_flight = None
         if self.done:
             return False

@@ -206,9 +206,9 @@ def redispatch_expired_leases(*, limit: int = 500) -> int:
     """
     now = timezone.now()
     stale: list[tuple[str, str, str, int]] = []
-    for status in (Status.WORKING, Status.CANCELLED):  # each query has its partial index
+    for state in (Status.WORKING, Status.CANCELLED):  # each query has its partial index
         stale += (
-            Task.objects.filter(status=status, lease_expires_at__lt=now)
+            Task.objects.filter(status=state, lease_expires_at__lt=now)
             .order_by("lease_expires_at")
             .values_list("pk", "status", "lease_owner", "leg")[: limit - len(stale)]
         )

@@ -98,8 +98,16 @@ class ToolContext(abc.ABC):
     """What a running tool may do. Every call is a cancellation checkpoint."""
 
     task_id: str | None
-    client_name: str
-    tenant: str
+
+    @property
+    @abc.abstractmethod
+    def client_name(self) -> str:
+        """The name of the MCP client whose call this is."""
+
+    @property
+    @abc.abstractmethod
+    def tenant(self) -> str:
+        """The tenant (slug) of that client."""
 
     def ask(
         self,

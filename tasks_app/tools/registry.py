@@ -14,7 +14,7 @@ import typing
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
 
 import jsonschema
 import pydantic
@@ -23,6 +23,8 @@ from django.conf import settings
 from tasks_app.tools.results import ToolResult
 
 TaskPolicy = Literal["forbidden", "optional", "required"]
+# A tool function, as the decorator hands it back.
+F = TypeVar("F", bound=Callable[..., Any])
 
 # Toolset name -> module path. Projects add their own with ``register_toolset``.
 TOOLSET_MODULES: dict[str, str] = {
@@ -71,7 +73,8 @@ class ToolSpec:
             first = errors[0]
             where = ".".join(str(p) for p in first.path) or "arguments"
             raise InvalidArguments(f"{where}: {first.message}")
-        return _normalize(arguments, self.input_schema)
+        normalized: dict[str, Any] = _normalize(arguments, self.input_schema)
+        return normalized
 
     @functools.cached_property
     def _validator(self) -> jsonschema.Draft202012Validator:
@@ -134,7 +137,7 @@ def _schema_from_signature(func: Callable[..., Any], name: str) -> dict[str, Any
         annotation = hints.get(param.name, Any)
         default = ... if param.default is inspect.Parameter.empty else param.default
         fields[param.name] = (annotation, default)
-    model = pydantic.create_model(  # type: ignore[call-overload]
+    model = pydantic.create_model(
         f"{name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
     )
     schema: dict[str, Any] = model.model_json_schema()
@@ -190,9 +193,34 @@ class Toolset:
         self.prompts: dict[str, Any] = {}
         self.resources: dict[str, Any] = {}
 
+    @overload
+    def tool(self, func: F, /) -> F: ...
+
+    @overload
+    def tool(
+        self,
+        func: None = None,
+        /,
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        title: str | None = None,
+        input_schema: dict[str, Any] | None = None,
+        output_schema: dict[str, Any] | type | None = None,
+        task: TaskPolicy = "forbidden",
+        requires_idempotency_key: bool = False,
+        key_argument: str | None = None,
+        annotations: dict[str, Any] | None = None,
+        ttl: timedelta | None = None,
+        poll_interval: timedelta | None = None,
+        time_limit: float | None = None,
+        escalate: bool = False,
+    ) -> Callable[[F], F]: ...
+
     def tool(
         self,
         func: Callable[..., Any] | None = None,
+        /,
         *,
         name: str | None = None,
         description: str | None = None,
@@ -208,7 +236,8 @@ class Toolset:
         time_limit: float | None = None,
         escalate: bool = False,
     ) -> Any:
-        """Register FUNC (whose first parameter is a ToolContext) as a tool."""
+        """Register FUNC (whose first parameter is a ToolContext) as a tool: ``@tools.tool``
+        or ``@tools.tool(task="required", ...)``. The function itself is returned."""
 
         def register(f: Callable[..., Any]) -> Callable[..., Any]:
             tool_name = name or f.__name__

@@ -34,8 +34,7 @@ def _task(call: Call) -> Task:
 @methods.method("tasks/get", params=TaskParams, name_param="taskId")
 def tasks_get(call: Call) -> dict[str, Any]:
     task = _task(call)
-    call.view.task_id = task.pk  # the throttle counts per client and task
-    throttle = PollThrottle()
+    throttle = PollThrottle(task.pk)  # counted per client and task
     if not throttle.allow_request(call.request, call.view):
         raise Throttled(throttle.wait())
     requests = []

@@ -2,23 +2,32 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
 from tasks_app import acceptance
 from tasks_app.models import Client, Era, Task
 from tasks_app.tools import get_tool
-from tests.live import LiveStack
+from tests.live import LiveStack, live_stack
+from tests.runtime_toolset import RUNTIME_TOOLSETS
 
 T = TypeVar("T")
 
-TOOLSETS = ["demo", "conformance", "tests.runtime_toolset"]
+
+@contextlib.contextmanager
+def runtime_stack(settings: Any, **env: str) -> Iterator[LiveStack]:
+    """A live stack whose processes, and this test process, enable the runtime test tools;
+    ENV overrides more of its processes' environment."""
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    with live_stack(env={"TASKDESK_TOOLSETS": ",".join(RUNTIME_TOOLSETS), **env}) as running:
+        yield running
 
 
 def submit(client: Client, tool: str, **arguments: Any) -> Task:

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.runtime_toolset import CRASH_IN_EFFECT, RUNS
-from tests.tasks_app.runtime.helpers import RUNTIME_TOOLSETS
+from tests.runtime_toolset import CRASH_IN_EFFECT, RUNS, RUNTIME_TOOLSETS
 
 
 @pytest.fixture(autouse=True)

@@ -24,6 +24,7 @@ from elicitations import transitions
 from elicitations.models import InputRequest
 from tasks_app.clients import client_get_or_create
 from tasks_app.models import Task
+from tests import live
 from tests.services import chromium_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
@@ -51,9 +52,7 @@ REFRESH_MS = 12_000
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     """One running stack for this module; each test writes (and loses) its own rows."""
-    from tests.live import live_stack
-
-    with django_db_blocker.unblock(), live_stack() as running:
+    with django_db_blocker.unblock(), live.live_stack() as running:
         yield running
 
 
@@ -441,20 +440,15 @@ def mcp(stack: Any, method: str, params: dict[str, Any], *, token: str, **header
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            from tasks_app.models import Dispatch, TaskEvent
+    def rows() -> str:
+        from tasks_app.models import Dispatch, TaskEvent
 
-            raise AssertionError(
-                f"no {what} after {timeout} s; dispatch records: "
-                f"{list(Dispatch.objects.values())}; events: "
-                f"{list(TaskEvent.objects.values_list('task_id', 'kind', 'created_at'))}"
-            )
-        time.sleep(0.1)
+        return (
+            f"dispatch records: {list(Dispatch.objects.values())}; events: "
+            f"{list(TaskEvent.objects.values_list('task_id', 'kind', 'created_at'))}"
+        )
+
+    return live.wait_for(what, check, timeout, every=0.1, explain=rows)
 
 
 @pytest.fixture

@@ -23,14 +23,12 @@ from tasks_app.models import DemoRefund, Effect, Status, Task
 from tests.integration.worker_helpers import (
     describe,
     export_writes,
-    kill,
     leg_pid,
-    pool_restored,
     runtime_stack,
     submit,
     terminal,
-    wait_for,
 )
+from tests.live import kill, pool_restored, wait_for
 from tests.tasks_app.runtime.helpers import events as events_of
 
 pytestmark = pytest.mark.live

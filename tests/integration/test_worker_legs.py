@@ -10,7 +10,8 @@ from elicitations import transitions as elicitations
 from elicitations.models import Channel
 from tasks_app import transitions
 from tasks_app.models import Actor, Dispatch, Status
-from tests.integration.worker_helpers import leg_pid, submit, terminal, wait_for
+from tests.integration.worker_helpers import leg_pid, submit, terminal
+from tests.live import wait_for
 
 pytestmark = pytest.mark.live
 

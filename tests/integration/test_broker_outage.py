@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import pytest
 
 from tasks_app.models import Dispatch, Status, Task, TaskEvent
-from tests.integration.idempotency_helpers import REPLAYED_META, post, result_of, tools_call
 from tests.live import RedisServer, free_port, live_stack
+from tests.wire import REPLAYED_META, post, result_of, tools_call
 
 pytestmark = [pytest.mark.redis, pytest.mark.live]
 

@@ -26,6 +26,7 @@ from tasks_app.clients import client_get_or_create
 from tasks_app.models import Task
 from tests import live
 from tests.services import chromium_path
+from tests.wire import headers_for, request, result_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
@@ -413,30 +414,8 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
 
 def mcp(stack: Any, method: str, params: dict[str, Any], *, token: str, **headers: str) -> Any:
     """One 2026-07-28 request to the live /mcp endpoint; return its result."""
-    import httpx
-
-    from tests.integration.idempotency_helpers import VERSION, envelope, result_of
-
-    name = params.get("name") or params.get("taskId") or ""
-    response = httpx.post(
-        stack.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": method,
-            "params": {**params, "_meta": envelope()},
-        },
-        headers={
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": VERSION,
-            "Mcp-Method": method,
-            "Mcp-Name": name,
-            "Authorization": f"Bearer {token}",
-            **headers,
-        },
-        timeout=30,
-    )
-    return result_of(response)
+    body = request(method, params, tasks=True)
+    return result_of(stack.post(body, token=token, headers={**headers_for(body), **headers}))
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:

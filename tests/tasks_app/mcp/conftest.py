@@ -1,4 +1,5 @@
-"""Helpers for the MCP endpoint tests: raw bytes in, HTTP status and JSON-RPC code out."""
+"""Fixtures of the MCP endpoint tests: ``mcp`` (alice) and ``bob_mcp`` post to /mcp through
+Django's test client. What goes on the wire is built and read by ``tests.wire``."""
 
 from __future__ import annotations
 
@@ -8,47 +9,7 @@ from typing import Any
 import pytest
 from django.test import Client as HttpClient
 
-VERSION = "2026-07-28"
-TASKS = "io.modelcontextprotocol/tasks"
-NAME_PARAM = {
-    "tools/call": "name",
-    "prompts/get": "name",
-    "resources/read": "uri",
-    "tasks/get": "taskId",
-    "tasks/update": "taskId",
-    "tasks/cancel": "taskId",
-}
-
-
-def envelope(*, tasks: bool = False, **capabilities: Any) -> dict[str, Any]:
-    caps: dict[str, Any] = dict(capabilities)
-    if tasks:
-        caps["extensions"] = {TASKS: {}}
-    return {
-        "io.modelcontextprotocol/protocolVersion": VERSION,
-        "io.modelcontextprotocol/clientInfo": {"name": "tests", "version": "1"},
-        "io.modelcontextprotocol/clientCapabilities": caps,
-    }
-
-
-def request(
-    method: str, params: dict[str, Any] | None = None, *, id: Any = 1, **env: Any
-) -> dict[str, Any]:
-    body_params = dict(params or {})
-    body_params.setdefault("_meta", envelope(**env))
-    return {"jsonrpc": "2.0", "id": id, "method": method, "params": body_params}
-
-
-def headers_for(body: Any) -> dict[str, str]:
-    """The headers a conforming client sends for BODY."""
-    out = {"Accept": "application/json, text/event-stream", "MCP-Protocol-Version": VERSION}
-    if isinstance(body, dict) and isinstance(body.get("method"), str):
-        out["Mcp-Method"] = body["method"]
-        key = NAME_PARAM.get(body["method"])
-        value = (body.get("params") or {}).get(key) if key else None
-        if isinstance(value, str):
-            out["Mcp-Name"] = value
-    return out
+from tests.wire import headers_for, request
 
 
 class Mcp:
@@ -78,28 +39,6 @@ class Mcp:
 
     def call(self, method: str, params: dict[str, Any] | None = None, **env: Any) -> Any:
         return self.post(request(method, params, **env))
-
-
-def error_of(response: Any) -> dict[str, Any]:
-    body = json.loads(response.content)
-    assert "error" in body, body
-    return body["error"]
-
-
-def result_of(response: Any) -> dict[str, Any]:
-    assert response.status_code == 200, response.content
-    if response["Content-Type"].startswith("text/event-stream"):
-        messages = sse_messages(response)
-        body = messages[-1]
-    else:
-        body = json.loads(response.content)
-    assert "result" in body, body
-    return body["result"]
-
-
-def sse_messages(response: Any) -> list[dict[str, Any]]:
-    text = b"".join(response.streaming_content).decode()
-    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
 
 
 @pytest.fixture

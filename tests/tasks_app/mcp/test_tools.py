@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 
-from tests.tasks_app.mcp.conftest import TASKS, error_of, request, result_of, sse_messages
+from tests.wire import TASKS, error_of, request, result_of, sse_messages
 
 pytestmark = pytest.mark.django_db
 

@@ -1,9 +1,11 @@
-"""Real server and worker processes for integration tests.
+"""Real processes for integration tests: starting them, waiting for them, stopping them.
 
 ``LiveStack`` starts gunicorn (several processes), a Celery worker (prefork) and, when asked,
 Celery beat, all pointed at the test database pytest-django created and at the broker of this
 run (the embedded filesystem broker under a fresh folder, or ``CELERY_BROKER_URL``). Tests
-that use it need committed data: use the ``transactional_db`` fixture.
+that use it need committed data: use the ``transactional_db`` fixture. ``RedisServer`` runs a
+throwaway redis-server on a port of its own. ``wait_for`` polls until another process has
+done something. Which services a run can reach is ``tests.services``' business.
 """
 
 from __future__ import annotations
@@ -16,20 +18,61 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 
+from tests.services import port_open, redis_server_binary
+
 ROOT = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+def wait_for(
+    what: str,
+    check: Callable[[], T | None],
+    timeout: float,
+    every: float = 0.02,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Call CHECK every EVERY seconds until it returns something true, and return that; after
+    TIMEOUT seconds fail, naming WHAT (and adding what EXPLAIN says)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}{detail}")
+        time.sleep(every)
+
+
+def stop_process(
+    proc: subprocess.Popen[bytes], sig: int = signal.SIGTERM, timeout: float = 15
+) -> None:
+    """Send SIG to the process group of PROC (started with ``start_new_session``) and wait for
+    it to end; SIGKILL the group if it is still there after TIMEOUT seconds."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)
 
 
 def database_url() -> str:
@@ -166,16 +209,8 @@ class LiveStack:
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         proc = self.procs.pop(name, None)
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, sig)
-        try:
-            proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(5)
+        if proc is not None:
+            stop_process(proc, sig, timeout)
 
     def close(self) -> None:
         for name in list(self.procs):
@@ -197,9 +232,10 @@ class LiveStack:
         return path.read_text(errors="replace") if path.exists() else ""
 
     def wait_healthy(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
         last: Any = None
-        while time.monotonic() < deadline:
+
+        def healthy() -> bool:
+            nonlocal last
             for name, proc in self.procs.items():
                 if proc.poll() is not None:
                     raise RuntimeError(
@@ -207,13 +243,17 @@ class LiveStack:
                     )
             try:
                 last = httpx.get(f"{self.url}/healthz", timeout=2)
-                if last.status_code == 200:
-                    return
             except httpx.HTTPError as exc:
                 last = exc
-            time.sleep(0.2)
-        raise RuntimeError(
-            f"server not healthy after {timeout}s: {last}\n{self.log('web')[-3000:]}"
+                return False
+            return bool(last.status_code == 200)
+
+        wait_for(
+            "a healthy server",
+            healthy,
+            timeout,
+            every=0.2,
+            explain=lambda: f"last answer: {last}\n{self.log('web')[-3000:]}",
         )
 
     # -- HTTP helpers ------------------------------------------------------------------
@@ -245,3 +285,57 @@ def live_stack(**kwargs: Any) -> Iterator[LiveStack]:
         yield stack.start()
     finally:
         stack.close()
+
+
+def kill(stack: LiveStack, pid: int) -> None:
+    """SIGKILL PID, a pool process of STACK's worker."""
+    assert pid in stack.pool_pids(), f"{pid} is not a pool process of the live worker"
+    os.kill(pid, signal.SIGKILL)
+
+
+def pool_restored(stack: LiveStack, size: int = 2, timeout: float = 30) -> list[int]:
+    """Wait until STACK's worker has SIZE pool processes again; return their PIDs."""
+    return wait_for(
+        f"{size} pool processes",
+        lambda: p if len(p := stack.pool_pids()) == size else None,
+        timeout,
+    )
+
+
+class RedisServer:
+    """A redis-server of its own on PORT that keeps nothing on disk: started again, it is empty."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.url = f"redis://127.0.0.1:{port}/0"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        binary = redis_server_binary()
+        assert binary is not None
+        self.proc = subprocess.Popen(
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        wait_for("redis-server to listen", self.reachable, timeout=10, every=0.05)
+
+    def stop(self) -> None:
+        if self.proc is not None:
+            stop_process(self.proc, timeout=10)
+        self.proc = None
+        assert not self.reachable()
+
+    def reachable(self) -> bool:
+        return port_open("127.0.0.1", self.port, timeout=0.2)

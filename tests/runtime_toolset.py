@@ -17,6 +17,9 @@ from tasks_app.tools import ProtocolError, ToolContext, ToolError, Toolset
 
 tools = Toolset("runtime_tests")
 
+# What a test enables to use these tools: the default toolsets and this module.
+RUNTIME_TOOLSETS = ["demo", "conformance", "tests.runtime_toolset"]
+
 RUNS: Counter[str] = Counter()
 # Set by a test to make the next effect body "crash" (as if the worker died inside it).
 CRASH_IN_EFFECT: set[str] = set()

@@ -23,9 +23,10 @@ def required() -> bool:
     return os.environ.get("TASKDESK_REQUIRE_SERVICES", "") in {"1", "true", "yes"}
 
 
-def _reachable(host: str, port: int) -> bool:
+def port_open(host: str, port: int, timeout: float = 1) -> bool:
+    """Whether something accepts TCP connections on HOST:PORT."""
     try:
-        with socket.create_connection((host, port), timeout=1):
+        with socket.create_connection((host, port), timeout=timeout):
             return True
     except OSError:
         return False
@@ -37,7 +38,7 @@ def redis_url() -> str | None:
     broker = os.environ.get("CELERY_BROKER_URL", "")
     url = broker if broker.startswith("redis") else "redis://127.0.0.1:6379/0"
     parts = urlsplit(url)
-    return url if _reachable(parts.hostname or "127.0.0.1", parts.port or 6379) else None
+    return url if port_open(parts.hostname or "127.0.0.1", parts.port or 6379) else None
 
 
 def redis_server_binary() -> str | None:

@@ -8,64 +8,18 @@ the sweeper publishes the dispatch records the web processes could not.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 
 import pytest
 
 from tasks_app.models import Dispatch, Status, Task, TaskEvent
-from tests.integration.idempotency_helpers import REPLAYED_META, post, result_of, tools_call
-from tests.live import free_port, live_stack
-from tests.services import redis_server_binary
+from tests.live import RedisServer, free_port, live_stack
+from tests.wire import REPLAYED_META, post, result_of, tools_call
 
 pytestmark = [pytest.mark.redis, pytest.mark.live]
 
 SUBMISSIONS = 100
-
-
-class RedisServer:
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.url = f"redis://127.0.0.1:{port}/0"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        binary = redis_server_binary()
-        assert binary is not None
-        self.proc = subprocess.Popen(
-            [
-                binary,
-                "--port",
-                str(self.port),
-                "--bind",
-                "127.0.0.1",
-                "--save",
-                "",
-                "--appendonly",
-                "no",
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        deadline = time.monotonic() + 10
-        while not self.reachable():
-            assert time.monotonic() < deadline, "redis-server did not start"
-            time.sleep(0.05)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(10)
-        self.proc = None
-        assert not self.reachable()
-
-    def reachable(self) -> bool:
-        with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), 0.2):
-            return True
-        return False
 
 
 @pytest.fixture

@@ -15,7 +15,8 @@ import pytest
 from tasks_app import tokens
 from tasks_app.clients import client_get_or_create
 from tasks_app.models import Dispatch, Task, TaskEvent
-from tests.integration.idempotency_helpers import (
+from tests.live import live_stack
+from tests.wire import (
     REPLAYED_META,
     error_of,
     post,
@@ -23,7 +24,6 @@ from tests.integration.idempotency_helpers import (
     tools_call,
     wait_terminal,
 )
-from tests.live import live_stack
 
 pytestmark = pytest.mark.live
 

@@ -24,7 +24,9 @@ from elicitations import transitions
 from elicitations.models import InputRequest
 from tasks_app.clients import client_get_or_create
 from tasks_app.models import Task
+from tests import live
 from tests.services import chromium_path
+from tests.wire import headers_for, request, result_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
@@ -51,9 +53,7 @@ REFRESH_MS = 12_000
 @pytest.fixture(scope="module")
 def stack(django_db_setup, django_db_blocker) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     """One running stack for this module; each test writes (and loses) its own rows."""
-    from tests.live import live_stack
-
-    with django_db_blocker.unblock(), live_stack() as running:
+    with django_db_blocker.unblock(), live.live_stack() as running:
         yield running
 
 
@@ -414,47 +414,20 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
 
 def mcp(stack: Any, method: str, params: dict[str, Any], *, token: str, **headers: str) -> Any:
     """One 2026-07-28 request to the live /mcp endpoint; return its result."""
-    import httpx
-
-    from tests.integration.idempotency_helpers import VERSION, envelope, result_of
-
-    name = params.get("name") or params.get("taskId") or ""
-    response = httpx.post(
-        stack.mcp_url,
-        json={
-            "jsonrpc": "2.0",
-            "id": 1,
-            "method": method,
-            "params": {**params, "_meta": envelope()},
-        },
-        headers={
-            "Accept": "application/json, text/event-stream",
-            "MCP-Protocol-Version": VERSION,
-            "Mcp-Method": method,
-            "Mcp-Name": name,
-            "Authorization": f"Bearer {token}",
-            **headers,
-        },
-        timeout=30,
-    )
-    return result_of(response)
+    body = request(method, params, tasks=True)
+    return result_of(stack.post(body, token=token, headers={**headers_for(body), **headers}))
 
 
 def wait_for(what: str, check: Callable[[], Any], timeout: float = 30) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            from tasks_app.models import Dispatch, TaskEvent
+    def rows() -> str:
+        from tasks_app.models import Dispatch, TaskEvent
 
-            raise AssertionError(
-                f"no {what} after {timeout} s; dispatch records: "
-                f"{list(Dispatch.objects.values())}; events: "
-                f"{list(TaskEvent.objects.values_list('task_id', 'kind', 'created_at'))}"
-            )
-        time.sleep(0.1)
+        return (
+            f"dispatch records: {list(Dispatch.objects.values())}; events: "
+            f"{list(TaskEvent.objects.values_list('task_id', 'kind', 'created_at'))}"
+        )
+
+    return live.wait_for(what, check, timeout, every=0.1, explain=rows)
 
 
 @pytest.fixture

@@ -28,26 +28,24 @@ TERMINAL = ("completed", "failed", "cancelled")
 pytestmark = pytest.mark.live
 
 
-class CreateTaskResult(Result):
+class TaskFields(Result):
+    """What a receipt and a tasks/get result both say about the task."""
+
+    task_id: str
+    status: str
+    created_at: str
+    last_updated_at: str
+    ttl_ms: int | None = None
+    poll_interval_ms: int | None = None
+    status_message: str | None = None
+
+
+class CreateTaskResult(TaskFields):
     result_type: Literal["task"]
-    task_id: str
-    status: str
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
-    status_message: str | None = None
 
 
-class GetTaskResult(Result):
+class GetTaskResult(TaskFields):
     result_type: Literal["complete"] = "complete"
-    task_id: str
-    status: str
-    created_at: str
-    last_updated_at: str
-    ttl_ms: int | None = None
-    poll_interval_ms: int | None = None
-    status_message: str | None = None
     result: dict[str, Any] | None = None
     error: dict[str, Any] | None = None
     input_requests: dict[str, Any] | None = None

@@ -21,27 +21,17 @@ from elicitations.models import Channel, RequestStatus
 from tasks_app import runtime
 from tasks_app.models import DemoRefund, Effect, Status, Task
 from tests.integration.worker_helpers import (
-    TOOLSETS,
     describe,
     export_writes,
-    kill,
     leg_pid,
-    pool_restored,
+    runtime_stack,
     submit,
     terminal,
-    wait_for,
 )
-from tests.live import live_stack
+from tests.live import kill, pool_restored, wait_for
+from tests.tasks_app.runtime.helpers import events as events_of
 
 pytestmark = pytest.mark.live
-
-
-@pytest.fixture
-def stack(transactional_db, settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = TOOLSETS
-    with live_stack(env={"TASKDESK_TOOLSETS": ",".join(TOOLSETS)}) as running:
-        yield running
-
 
 # Slower demo tools give the random kills a leg to hit.
 EXPORT_SECONDS = 1.0
@@ -50,18 +40,12 @@ REFUND_SECONDS = 0.4
 
 @pytest.fixture
 def slow_stack(transactional_db, settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = TOOLSETS
     env = {
-        "TASKDESK_TOOLSETS": ",".join(TOOLSETS),
         "TASKDESK_DEMO_EXPORT_SECONDS": str(EXPORT_SECONDS),
         "TASKDESK_DEMO_REFUND_SECONDS": str(REFUND_SECONDS),
     }
-    with live_stack(env=env) as running:
+    with runtime_stack(settings, **env) as running:
         yield running
-
-
-def events_of(task: Task) -> list[str]:
-    return list(task.events.order_by("created_at", "id").values_list("kind", flat=True))
 
 
 def test_a_leg_killed_between_an_effects_intent_and_outcome_is_rerun_and_writes_once(

@@ -10,17 +10,10 @@ from elicitations import transitions as elicitations
 from elicitations.models import Channel
 from tasks_app import transitions
 from tasks_app.models import Actor, Dispatch, Status
-from tests.integration.worker_helpers import TOOLSETS, leg_pid, submit, terminal, wait_for
-from tests.live import live_stack
+from tests.integration.worker_helpers import leg_pid, submit, terminal
+from tests.live import wait_for
 
 pytestmark = pytest.mark.live
-
-
-@pytest.fixture
-def stack(transactional_db, settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = TOOLSETS
-    with live_stack(env={"TASKDESK_TOOLSETS": ",".join(TOOLSETS)}) as running:
-        yield running
 
 
 def test_the_same_message_delivered_twice_runs_one_leg(stack, alice) -> None:

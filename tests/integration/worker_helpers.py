@@ -1,24 +1,31 @@
-"""Helpers of the worker tests: tasks submitted through acceptance, waiting, killing legs."""
+"""Helpers of the worker tests: tasks submitted through acceptance and what their legs did.
+
+Starting, waiting for and killing processes is in ``tests.live``.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
-import signal
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from tasks_app import acceptance
 from tasks_app.models import Client, Era, Task
 from tasks_app.tools import get_tool
-from tests.live import LiveStack
+from tests.live import LiveStack, live_stack, wait_for
+from tests.runtime_toolset import RUNTIME_TOOLSETS
 
-T = TypeVar("T")
 
-TOOLSETS = ["demo", "conformance", "tests.runtime_toolset"]
+@contextlib.contextmanager
+def runtime_stack(settings: Any, **env: str) -> Iterator[LiveStack]:
+    """A live stack whose processes, and this test process, enable the runtime test tools;
+    ENV overrides more of its processes' environment."""
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    with live_stack(env={"TASKDESK_TOOLSETS": ",".join(RUNTIME_TOOLSETS), **env}) as running:
+        yield running
 
 
 def submit(client: Client, tool: str, **arguments: Any) -> Task:
@@ -35,17 +42,6 @@ def submit(client: Client, tool: str, **arguments: Any) -> Task:
     return receipt.task
 
 
-def wait_for(what: str, check: Callable[[], T | None], timeout: float, every: float = 0.02) -> T:
-    deadline = time.monotonic() + timeout
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(every)
-
-
 def terminal(task: Task, timeout: float = 60) -> Task:
     def check() -> Task | None:
         task.refresh_from_db()
@@ -58,19 +54,6 @@ def leg_pid(task: Task) -> int | None:
     """The process id of the leg holding TASK's lease (owner = host:pid:suffix)."""
     owner = Task.objects.filter(pk=task.pk).values_list("lease_owner", flat=True).first()
     return int(owner.split(":")[1]) if owner else None
-
-
-def kill(stack: LiveStack, pid: int) -> None:
-    assert pid in stack.pool_pids(), f"{pid} is not a pool process of the live worker"
-    os.kill(pid, signal.SIGKILL)
-
-
-def pool_restored(stack: LiveStack, size: int = 2, timeout: float = 30) -> list[int]:
-    return wait_for(
-        f"{size} pool processes",
-        lambda: p if len(p := stack.pool_pids()) == size else None,
-        timeout,
-    )
 
 
 def export_writes(stack: LiveStack, task: Task) -> list[dict[str, Any]]:

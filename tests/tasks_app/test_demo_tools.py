@@ -18,8 +18,8 @@ from tasks_app.models import DemoRefund, Effect, Status, Task
 from tasks_app.runtime import LegOutcome
 from tasks_app.tools import get_tool
 from tasks_app.tools.toolsets import demo
-from tests.tasks_app.runtime_helpers import answer, events, leg, next_dispatch, pending, submit
-from tests.tasks_app.runtime_helpers import text_of as text
+from tests.tasks_app.runtime.helpers import answer, events, leg, next_dispatch, pending, submit
+from tests.tasks_app.runtime.helpers import text_of as text
 
 
 class Died(BaseException):

@@ -11,12 +11,11 @@ from django.db import connection
 from tasks_app import runtime
 from tasks_app.models import Status, Task
 from tasks_app.runtime import LegOutcome
-from tests.tasks_app.runtime_helpers import RUNTIME_TOOLSETS, events, next_dispatch, submit
+from tests.tasks_app.runtime.helpers import events, next_dispatch, submit
 
 
 @pytest.fixture(autouse=True)
-def _runtime_tools(settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+def _short_lease(settings):  # type: ignore[no-untyped-def]
     settings.TASKDESK_LEASE_SECONDS = 1
 
 

@@ -10,9 +10,7 @@ from elicitations.models import RequestStatus
 from tasks_app import transitions
 from tasks_app.models import JournalEntry, Status
 from tasks_app.runtime import LegOutcome
-from tests.runtime_toolset import RUNS
-from tests.tasks_app.runtime_helpers import (
-    RUNTIME_TOOLSETS,
+from tests.tasks_app.runtime.helpers import (
     answer,
     events,
     leg,
@@ -20,12 +18,6 @@ from tests.tasks_app.runtime_helpers import (
     submit,
     text_of,
 )
-
-
-@pytest.fixture(autouse=True)
-def _runtime_tools(settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
-    RUNS.clear()
 
 
 def test_a_question_for_the_client_suspends_the_leg_and_requires_input(

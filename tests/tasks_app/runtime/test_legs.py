@@ -12,8 +12,7 @@ from tasks_app import runtime
 from tasks_app.models import Dispatch, JournalEntry, Status, Task, TaskEvent
 from tasks_app.runtime import LegOutcome
 from tests.runtime_toolset import RUNS
-from tests.tasks_app.runtime_helpers import (
-    RUNTIME_TOOLSETS,
+from tests.tasks_app.runtime.helpers import (
     answer,
     events,
     leg,
@@ -21,13 +20,6 @@ from tests.tasks_app.runtime_helpers import (
     submit,
     text_of,
 )
-
-
-@pytest.fixture(autouse=True)
-def _runtime_tools(settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
-    RUNS.clear()
-
 
 # --- endings ---------------------------------------------------------------------------------
 

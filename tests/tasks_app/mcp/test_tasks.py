@@ -14,7 +14,7 @@ from elicitations import transitions as elicitation_transitions
 from elicitations.models import InputRequest, RequestStatus
 from tasks_app import transitions
 from tasks_app.models import Status, Task
-from tests.mcp.conftest import error_of, request, result_of
+from tests.wire import error_of, request, result_of
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

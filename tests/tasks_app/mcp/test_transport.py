@@ -9,7 +9,7 @@ import pytest
 
 from tasks_app import tokens
 from tasks_app.models import Client
-from tests.mcp.conftest import VERSION, error_of, request, result_of
+from tests.wire import VERSION, error_of, request, result_of
 
 pytestmark = pytest.mark.django_db
 

@@ -8,7 +8,7 @@ from datetime import timedelta
 import pytest
 import time_machine
 
-from tests.mcp.conftest import TASKS, error_of, request, result_of, sse_messages
+from tests.wire import TASKS, error_of, request, result_of, sse_messages
 
 pytestmark = pytest.mark.django_db
 
@@ -377,7 +377,8 @@ def test_a_step_before_escalation_is_journaled_and_not_run_again_by_the_task(
 ) -> None:  # type: ignore[no-untyped-def]
     from tasks_app.models import JournalEntry, Task
     from tests import runtime_toolset
-    from tests.tasks_app.runtime_helpers import RUNTIME_TOOLSETS, leg, text_of
+    from tests.runtime_toolset import RUNTIME_TOOLSETS
+    from tests.tasks_app.runtime.helpers import leg, text_of
 
     settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
     runtime_toolset.RUNS.clear()
@@ -395,7 +396,7 @@ def test_a_step_before_escalation_is_journaled_and_not_run_again_by_the_task(
 
 
 def test_an_effect_before_escalation_is_refused(mcp, settings) -> None:  # type: ignore[no-untyped-def]
-    from tests.tasks_app.runtime_helpers import RUNTIME_TOOLSETS
+    from tests.runtime_toolset import RUNTIME_TOOLSETS
 
     settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
 

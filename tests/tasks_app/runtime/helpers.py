@@ -10,8 +10,6 @@ from tasks_app import dispatch, runtime
 from tasks_app.models import Client, Dispatch, Task
 from tasks_app.tools import get_tool
 
-RUNTIME_TOOLSETS = ["demo", "conformance", "tests.runtime_toolset"]
-
 
 def submit(client: Client, tool: str, **arguments: Any) -> Task:
     """A working task of CLIENT with one unpublished dispatch record, as acceptance makes."""

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from tests.mcp.conftest import headers_for, request
+from tests.wire import headers_for, request
 
 pytestmark = pytest.mark.live
 

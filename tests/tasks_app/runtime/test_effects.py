@@ -11,8 +11,7 @@ from tasks_app import dispatch, runtime, transitions
 from tasks_app.models import Dispatch, Effect, Status, Task
 from tasks_app.runtime import LegOutcome
 from tests.runtime_toolset import CRASH_IN_EFFECT, RUNS, WorkerDied
-from tests.tasks_app.runtime_helpers import (
-    RUNTIME_TOOLSETS,
+from tests.tasks_app.runtime.helpers import (
     answer,
     events,
     leg,
@@ -20,13 +19,6 @@ from tests.tasks_app.runtime_helpers import (
     submit,
     text_of,
 )
-
-
-@pytest.fixture(autouse=True)
-def _runtime_tools(settings):  # type: ignore[no-untyped-def]
-    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
-    RUNS.clear()
-    CRASH_IN_EFFECT.clear()
 
 
 def crashed_leg(task: Task) -> None:

@@ -9,8 +9,8 @@ task ends, ``tasks_app.transitions`` closes its pending requests through it (reg
 ``elicitations.apps``), so this module stays the only writer of the status.
 
 Lock order: the Task row first, then its InputRequest rows (the same order as
-``tasks_app.transitions``, whose end of a task closes pending requests through the seam). Answers for one
-task are therefore serialized on the task row, so two answers can never both see a request
+``tasks_app.transitions``, whose end of a task closes pending requests through the seam).
+Answers for one task are therefore serialized on the task row, so two answers can never both see a request
 pending and the last answer of a task dispatches exactly one new leg.
 """
 

@@ -151,15 +151,12 @@ class Existing:
 
 
 @dataclass(frozen=True)
-class Claimed:
-    """What a leg needs of its task, read by the claiming statement itself."""
+class Claim:
+    """A leg's claim: its task as the claiming statement read it (the columns a leg needs,
+    the new lease), and whether the task has a journal to replay."""
 
-    tool_name: str
-    arguments: Any
-    leg: int
-    client_id: int
+    task: Task
     has_journal: bool
-    status: str
 
 
 @dataclass(frozen=True)
@@ -284,7 +281,7 @@ class Portable:
     def claim(
         self, *, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
         expires: datetime,
-    ) -> Claimed | None:  # fmt: skip
+    ) -> Claim | None:  # fmt: skip
         """Consume dispatch record DISPATCH_ID (a second delivery finds it consumed and gets
         None) and take TASK_ID's lease for a new leg, writing ``leg_started``. None when the
         record was consumed already or the task is not claimable."""
@@ -293,10 +290,10 @@ class Portable:
 
     def claim_next(
         self, *, owner: str, now: datetime, expires: datetime
-    ) -> tuple[int, str, Claimed | None] | None:
+    ) -> tuple[int, Claim | None] | None:
         """Consume the oldest dispatch record no leg consumed and claim its task as ``claim``
-        does. None when there is no such record; else (record id, task id, the claim or None
-        when the task was not claimable)."""
+        does. None when there is no such record; else (record id, the claim or None when the
+        task was not claimable)."""
         with transaction.atomic():
             record = (
                 Dispatch.objects.filter(consumed_at__isnull=True)
@@ -308,16 +305,12 @@ class Portable:
                 return None
             dispatch_id, task_id = record
             with self.db.cursor() as cursor:
-                return (
-                    dispatch_id,
-                    task_id,
-                    self._claim(cursor, task_id, dispatch_id, owner, now, expires),
-                )
+                return dispatch_id, self._claim(cursor, task_id, dispatch_id, owner, now, expires)
 
     def _claim(
         self, cursor: Any, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
         expires: datetime,
-    ) -> Claimed | None:  # fmt: skip
+    ) -> Claim | None:  # fmt: skip
         at = self.db.ops.adapt_datetimefield_value
         t = self._tables
         if dispatch_id is not None:
@@ -337,15 +330,24 @@ class Portable:
         row = cursor.fetchone()
         if row is None:
             return None
-        claimed = self._claimed(row)
+        claim = self._claimed(task_id, owner, expires, row)
         event(Task(pk=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
-              leg=claimed.leg, dispatch=dispatch_id)  # fmt: skip
-        return claimed
+              leg=claim.task.leg, dispatch=dispatch_id)  # fmt: skip
+        return claim
 
-    def _claimed(self, row: tuple[Any, ...]) -> Claimed:
+    def _claimed(self, task_id: str, owner: str, expires: datetime, row: tuple[Any, ...]) -> Claim:
         tool_name, arguments, leg, client_id, has_journal, status = row
-        arguments = _ARGUMENTS.from_db_value(arguments, _ARGUMENTS_COL, self.db)
-        return Claimed(tool_name, arguments, leg, client_id, bool(has_journal), status)
+        task = Task(
+            pk=task_id,
+            client_id=client_id,
+            tool_name=tool_name,
+            arguments=_ARGUMENTS.from_db_value(arguments, _ARGUMENTS_COL, self.db),
+            status=status,
+            leg=leg,
+            lease_owner=owner,
+            lease_expires_at=expires,
+        )
+        return Claim(task=task, has_journal=bool(has_journal))
 
     def renew(self, *, task_id: str, owner: str, expires: datetime) -> bool:
         """Push OWNER's lease expiry to EXPIRES. False if the lease is no longer OWNER's."""
@@ -561,19 +563,21 @@ SELECT old_task.*, NULL FROM old_task
     def claim(
         self, *, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
         expires: datetime,
-    ) -> Claimed | None:  # fmt: skip
+    ) -> Claim | None:  # fmt: skip
         params = self._claim_params(owner, now, expires)
         row = fetch_prepared(self._claim_sql, {**params, "task": task_id, "dispatch": dispatch_id})
-        return None if row is None else self._claimed(row)
+        return None if row is None else self._claimed(task_id, owner, expires, row)
 
     def claim_next(
         self, *, owner: str, now: datetime, expires: datetime
-    ) -> tuple[int, str, Claimed | None] | None:
+    ) -> tuple[int, Claim | None] | None:
         row = fetch_prepared(self._claim_next_sql, self._claim_params(owner, now, expires))
         if row is None:
             return None
         dispatch_id, task_id, *claimed = row
-        return dispatch_id, task_id, None if claimed[0] is None else self._claimed(tuple(claimed))
+        if claimed[0] is None:
+            return dispatch_id, None
+        return dispatch_id, self._claimed(task_id, owner, expires, tuple(claimed))
 
     # --- the end of a leg -------------------------------------------------------------------
 

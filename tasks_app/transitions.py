@@ -175,6 +175,26 @@ def resume(*, task_id: str, actor_type: str, actor: str = "", reason: str = "ans
     return task
 
 
+def _end(
+    task_id: str,
+    to: Status,
+    *,
+    lease_owner: str | None,
+    actor_type: str = Actor.WORKER,
+    actor: str,
+    fields: dict[str, Any],
+    **detail: Any,
+) -> Task:
+    """End TASK_ID in terminal status TO, recorded by an event of the same name: as the leg
+    holding LEASE_OWNER's lease (``_end_leased``), or under the task lock (``_end_locked``)."""
+    kind = EventKind(to.value)
+    if lease_owner is not None:
+        return _end_leased(task_id, to, lease_owner=lease_owner, kind=kind, actor=actor,
+                           fields=fields, **detail)  # fmt: skip
+    return _end_locked(task_id, to, kind=kind, actor_type=actor_type, actor=actor, fields=fields,
+                       **detail)  # fmt: skip
+
+
 def complete(
     *, task_id: str, result: dict[str, Any], actor: str = "", lease_owner: str | None = None
 ) -> Task:
@@ -184,11 +204,8 @@ def complete(
     """
     fields = {"result": result, "status_message": ""}
     is_error = bool(result.get("isError"))
-    if lease_owner is not None:
-        return _end_leased(task_id, Status.COMPLETED, lease_owner=lease_owner, kind=EventKind.COMPLETED,
-                           actor=actor, fields=fields, is_error=is_error)  # fmt: skip
-    return _end_locked(task_id, Status.COMPLETED, kind=EventKind.COMPLETED, actor_type=Actor.WORKER,
-                       actor=actor, fields=fields, is_error=is_error)  # fmt: skip
+    return _end(task_id, Status.COMPLETED, lease_owner=lease_owner, actor=actor, fields=fields,
+                is_error=is_error)  # fmt: skip
 
 
 def fail(
@@ -201,11 +218,8 @@ def fail(
 ) -> Task:
     """Move a task to FAILED with a JSON-RPC error object (LEASE_OWNER: as in ``complete``)."""
     fields = {"error": error, "status_message": str(error.get("message", ""))[:2000]}
-    if lease_owner is not None:
-        return _end_leased(task_id, Status.FAILED, lease_owner=lease_owner, kind=EventKind.FAILED,
-                           actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
-    return _end_locked(task_id, Status.FAILED, kind=EventKind.FAILED, actor_type=actor_type,
-                       actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
+    return _end(task_id, Status.FAILED, lease_owner=lease_owner, actor_type=actor_type,
+                actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
 
 
 @transaction.atomic
@@ -253,11 +267,8 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
 def cancel(*, task_id: str, actor: str = "", lease_owner: str | None = None) -> Task:
     """Move a task whose cancellation was requested to CANCELLED once its work has stopped
     (LEASE_OWNER: as in ``complete``)."""
-    if lease_owner is not None:
-        return _end_leased(task_id, Status.CANCELLED, lease_owner=lease_owner, kind=EventKind.CANCELLED,
-                           actor=actor, fields={}, work_stopped=True)  # fmt: skip
-    return _end_locked(task_id, Status.CANCELLED, kind=EventKind.CANCELLED, actor_type=Actor.WORKER,
-                       actor=actor, fields={}, work_stopped=True)  # fmt: skip
+    return _end(task_id, Status.CANCELLED, lease_owner=lease_owner, actor=actor, fields={},
+                work_stopped=True)  # fmt: skip
 
 
 @transaction.atomic

@@ -12,12 +12,14 @@ from __future__ import annotations
 import re
 from typing import Any
 
+from tasks_app import acceptance
 from tasks_app.acceptance import (
     ConflictingKeyCarriers,
     IdempotencyKey,
     IdempotencyKeyRequired,
     InvalidIdempotencyKey,
 )
+from tasks_app.models import Client
 from tasks_app.tools import ToolSpec
 
 HEADER = "Idempotency-Key"
@@ -73,9 +75,8 @@ def resolve_key(
 ) -> IdempotencyKey | None:
     """The key of a call from its three carriers, or None when none is used.
 
-    Raise InvalidIdempotencyKey for a malformed key, ConflictingKeyCarriers when two
-    carriers hold different keys, and IdempotencyKeyRequired (saying how to send one) when
-    TOOL requires a key and none came.
+    Raise InvalidIdempotencyKey for a malformed key and ConflictingKeyCarriers when two
+    carriers hold different keys. (Whether TOOL requires a key is ``accept``'s check.)
     """
     found = _found(tool, arguments, header_key, meta_key)
     for carrier, value in found:
@@ -86,10 +87,6 @@ def resolve_key(
                 {"reason": "invalid_idempotency_key", "carrier": carrier},
             )
     if not found:
-        if tool.requires_idempotency_key:
-            raise IdempotencyKeyRequired(
-                required_message(tool), {"reason": "idempotency_key_required"}
-            )
         return None
     key = found[0][1]
     disagreeing = [c for c, v in found if v != key]
@@ -102,6 +99,27 @@ def resolve_key(
         )
     assert isinstance(key, str)
     return IdempotencyKey(value=key, carrier="+".join(c for c, _ in found))
+
+
+def accept(
+    *,
+    client: Client,
+    tool: ToolSpec,
+    arguments: dict[str, Any],
+    era: str,
+    header_key: str | None,
+    meta_key: object | None,
+    journal: list[dict[str, Any]] | None = None,
+) -> acceptance.Receipt:
+    """Accept a ``tools/call`` whose key came in its wire carriers: resolve the key, then
+    ``acceptance.accept``; a refused keyless call says how to send a key."""
+    key = resolve_key(tool=tool, arguments=arguments, header_key=header_key, meta_key=meta_key)
+    try:
+        return acceptance.accept(
+            client=client, tool=tool, arguments=arguments, era=era, key=key, journal=journal
+        )
+    except IdempotencyKeyRequired as exc:
+        raise IdempotencyKeyRequired(required_message(tool), exc.data) from None
 
 
 def required_message(tool: ToolSpec) -> str:

@@ -361,17 +361,18 @@ def compensate_all(ctx: Leg, *, reason: str) -> None:
         except Exception as exc:
             log.warning("compensation failed task=%s effect=%s: %s", ctx.task_id, comp.name, exc)
             with ctx.shielded():
-                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATION_FAILED, actor_type=Actor.WORKER,
-                      actor=ctx.owner, effect=comp.name, key=comp.key, reason=reason,
-                      error=f"{type(exc).__name__}: {exc}")  # fmt: skip
+                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATION_FAILED,
+                      actor_type=Actor.WORKER, actor=ctx.owner, effect=comp.name, key=comp.key,
+                      reason=reason, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             continue
         now = timezone.now()
         with ctx.shielded(), transaction.atomic():
             if Effect.objects.filter(pk=comp.effect_id, state=EffectState.CONFIRMED).update(
                 state=EffectState.COMPENSATED, updated_at=now
             ):
-                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATED, actor_type=Actor.WORKER,
-                      actor=ctx.owner, effect=comp.name, key=comp.key, reason=reason)  # fmt: skip
+                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATED,
+                      actor_type=Actor.WORKER, actor=ctx.owner, effect=comp.name, key=comp.key,
+                      reason=reason)  # fmt: skip
 
 
 # --- operators ---------------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Leases: at most one live leg per task, and re-running the legs of dead workers.
 
 The statements that write the lease columns are in ``tasks_app.sql``; this module decides
-when to run them. A leg claims its task with one compare-and-set UPDATE (the task must be ``working`` and
-either unleased or holding an expired lease), which also counts the leg. While the tool runs,
+when to run them. A leg claims its task with one compare-and-set UPDATE (the task must be
+``working`` and either unleased or holding an expired lease), which also counts the leg. While the tool runs,
 a background thread renews the lease, so a long leg keeps it and a killed one loses it within
 ``TASKDESK_LEASE_SECONDS``. The periodic sweeper (``redispatch_expired_leases``) takes expired
 leases away and dispatches a new leg; replay of the journal makes that re-run safe.
@@ -18,8 +18,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -40,15 +39,7 @@ def _lease_length() -> timedelta:
     return timedelta(seconds=settings.TASKDESK_LEASE_SECONDS)
 
 
-@dataclass(frozen=True)
-class Claim:
-    """What a leg needs of its task, read in the claiming statement itself."""
-
-    task: Task
-    has_journal: bool
-
-
-def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
+def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | None:
     """Take the lease of TASK_ID for a new leg and record ``leg_started``.
 
     Return the claim, or None when this message must do nothing: its dispatch record was
@@ -58,13 +49,12 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> Claim | None:
     """
     now = timezone.now()
     expires = now + _lease_length()
-    claimed = sql.hot_path().claim(
+    return sql.hot_path().claim(
         task_id=task_id, dispatch_id=dispatch_id, owner=owner, now=now, expires=expires
     )
-    return None if claimed is None else _claim(task_id, owner, expires, claimed)
 
 
-def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
+def claim_next(*, owner: str) -> tuple[int, sql.Claim | None] | None:
     """Take the oldest dispatch record no leg has consumed yet, and claim its task as
     ``claim`` does. Return None when there is no such record, else (its id, the claim or
     None when its task was not claimable: the record is consumed either way).
@@ -75,25 +65,7 @@ def claim_next(*, owner: str) -> tuple[int, Claim | None] | None:
     """
     now = timezone.now()
     expires = now + _lease_length()
-    found = sql.hot_path().claim_next(owner=owner, now=now, expires=expires)
-    if found is None:
-        return None
-    dispatch_id, task_id, claimed = found
-    return dispatch_id, None if claimed is None else _claim(task_id, owner, expires, claimed)
-
-
-def _claim(task_id: str, owner: str, expires: datetime, claimed: sql.Claimed) -> Claim:
-    task = Task(
-        pk=task_id,
-        client_id=claimed.client_id,
-        tool_name=claimed.tool_name,
-        arguments=claimed.arguments,
-        status=claimed.status,
-        leg=claimed.leg,
-        lease_owner=owner,
-        lease_expires_at=expires,
-    )
-    return Claim(task=task, has_journal=claimed.has_journal)
+    return sql.hot_path().claim_next(owner=owner, now=now, expires=expires)
 
 
 def release(task_id: str, owner: str) -> bool:

@@ -31,7 +31,7 @@ from typing import Any
 
 from django.db import close_old_connections, connection, transaction
 
-from tasks_app import transitions
+from tasks_app import sql, transitions
 from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
@@ -96,7 +96,7 @@ def run_waiting_legs(*, seconds: float) -> int:
     return ran
 
 
-def _run_claimed(claim: leases.Claim, owner: str, dispatch_id: int | None) -> LegOutcome:
+def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None) -> LegOutcome:
     task = claim.task
     started = time.monotonic()
     log.info(

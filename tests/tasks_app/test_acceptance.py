@@ -40,8 +40,9 @@ def accept(  # type: ignore[no-untyped-def]
     """A call as the MCP handler makes it: the key resolved from its carriers, then accept."""
     kw.setdefault("era", MODERN)
     args = {"quarter": "Q1"} if arguments is None else arguments
-    key = keys.resolve_key(tool=tool, arguments=args, header_key=header_key, meta_key=meta_key)
-    return acceptance.accept(client=client, tool=tool, arguments=args, key=key, **kw)
+    return keys.accept(
+        client=client, tool=tool, arguments=args, header_key=header_key, meta_key=meta_key, **kw
+    )
 
 
 def counts() -> dict[str, int]:

@@ -87,18 +87,13 @@ def _accept(
     """Resolve the call's idempotency key from its carriers and accept the task: the one
     call into ``acceptance`` of a ``tools/call``."""
     try:
-        key = keys.resolve_key(
-            tool=tool,
-            arguments=arguments,
-            header_key=call.header(keys.HEADER),
-            meta_key=call.envelope.meta.get(keys.META_KEY),
-        )
-        return acceptance.accept(
+        return keys.accept(
             client=call.client,
             tool=tool,
             arguments=arguments,
             era=Era.MODERN,
-            key=key,
+            header_key=call.header(keys.HEADER),
+            meta_key=call.envelope.meta.get(keys.META_KEY),
             journal=journal,
         )
     except acceptance.AcceptanceError as exc:

@@ -15,6 +15,13 @@ class InputRequestAdmin(admin.ModelAdmin):
     list_select_related = ["task"]
     readonly_fields = [f.name for f in InputRequest._meta.fields]
 
+    def get_queryset(self, request):  # type: ignore[no-untyped-def]
+        # Non-superuser staff see the questions of their tenants only.
+        qs = super().get_queryset(request)
+        if request.user.is_superuser:
+            return qs
+        return qs.filter(task__client__tenant__members=request.user).distinct()
+
     def has_add_permission(self, request) -> bool:  # type: ignore[no-untyped-def]
         return False
 

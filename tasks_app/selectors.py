@@ -36,12 +36,22 @@ def task_get_for_client(*, client: Client, task_id: str) -> Task:
 
 
 def client_ids_visible_to(user: Any) -> list[int] | None:
-    """Ids of the clients whose tasks USER may see: None for every client (a superuser)."""
+    """Ids of the clients whose tasks USER may see: None for every client (a superuser).
+
+    Remembered on the user object, which lives for one request: a page asks several times.
+    """
+    cached = user.__dict__.get("_taskdesk_client_ids", False)
+    if cached is not False:
+        return cached  # type: ignore[no-any-return]
+    ids: list[int] | None
     if not operators.may(user, operators.VIEW_TASKS):
-        return []
-    if user.is_superuser:
-        return None
-    return list(Client.objects.filter(tenant__members=user).values_list("pk", flat=True))
+        ids = []
+    elif user.is_superuser:
+        ids = None
+    else:
+        ids = list(Client.objects.filter(tenant__members=user).values_list("pk", flat=True))
+    user.__dict__["_taskdesk_client_ids"] = ids
+    return ids
 
 
 def tasks_visible_to(user: Any) -> QuerySet[Task]:

@@ -267,8 +267,21 @@ def test_a_viewer_sees_questions_but_cannot_answer(client, viewer, task) -> None
     )  # fmt: skip
     client.force_login(viewer)
     assert "Go ahead?" in client.get("/inbox/").content.decode()
+    page = client.get(f"/inbox/{request.pk}/").content.decode()
+    assert "Your role lets you see this question, not answer it." in page
+    assert ">Accept</button>" not in page
     response = client.post(f"/inbox/{request.pk}/", {"_action": "accept", "ok": "on"})
-    assert response.status_code == 404  # refused, as if the question were not there
+    assert response.status_code == 403
+    request.refresh_from_db()
+    assert request.status == "pending"
+
+
+def test_the_answer_transition_refuses_a_viewer_too(viewer, task) -> None:
+    Task.objects.filter(pk=task.pk).update(lease_owner="")
+    request = questions.open_request(task=task, ask_key="ok", message="Go?", audience="operator")
+    outcome = questions.answer(task=task, key=request.key, response={"action": "decline"},
+                               channel="inbox", user=viewer)  # fmt: skip
+    assert outcome.errors == ("the operator's role may not answer questions",)
     request.refresh_from_db()
     assert request.status == "pending"
     refused = TaskEvent.objects.get(task=task, kind="input_answer_refused")

@@ -93,6 +93,7 @@ def overdue_task_ids(*, now: datetime | None = None) -> list[str]:
     now = now or timezone.now()
     return list(
         InputRequest.objects.filter(status=RequestStatus.PENDING, deadline__lt=now)
+        .order_by()
         .values_list("task_id", flat=True)
         .distinct()
     )

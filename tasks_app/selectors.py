@@ -186,9 +186,8 @@ def attention_filter(*, overdue_task_ids: Iterable[str], now: datetime | None = 
     """Tasks that need an operator: an effect in state ``unknown``, a question past its
     deadline (OVERDUE_TASK_IDS, from the elicitations app), or failed in the last 24 h."""
     now = now or timezone.now()
-    ids = set(
-        Effect.objects.filter(state=EffectState.UNKNOWN).values_list("task_id", flat=True)
-    ) | set(overdue_task_ids)
+    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).order_by()
+    ids = set(unknown.values_list("task_id", flat=True)) | set(overdue_task_ids)
     failed = Q(status=Status.FAILED, finished_at__gte=now - ATTENTION_FAILED_WITHIN)
     return (Q(pk__in=sorted(ids)) | failed) if ids else failed
 
@@ -249,7 +248,7 @@ def task_page_for_operator(
     )
 
 
-def _count(qs: QuerySet[Task]) -> Count:
+def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
     """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
 
     On PostgreSQL the planner is asked first (a fraction of a millisecond): a count it
@@ -257,7 +256,7 @@ def _count(qs: QuerySet[Task]) -> Count:
     million tasks cheap.
     """
     postgres = connections[qs.db].vendor == "postgresql"
-    if postgres and (guess := _planner_estimate(qs)) > 2 * COUNT_EXACT_UP_TO:
+    if postgres and guess_first and (guess := _planner_estimate(qs)) > 2 * COUNT_EXACT_UP_TO:
         return Count(guess, estimate=True)
     capped = qs.values("pk")[: COUNT_EXACT_UP_TO + 1].count()
     if capped <= COUNT_EXACT_UP_TO:
@@ -290,7 +289,8 @@ def attention_count_for_operator(*, user: Any, filters: TaskFilters, attention: 
     base = _filtered(
         _visible(user), TaskFilters(tool=filters.tool, client=filters.client), None, None
     )
-    return _count(base.filter(attention))
+    # Usually a few hundred tasks: counted straight away (capped like the others).
+    return _count(base.filter(attention), guess_first=False)
 
 
 def throughput_for_operator(*, user: Any, now: datetime | None = None) -> list[dict[str, Any]]:

@@ -329,7 +329,9 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
         ))  # fmt: skip
     Task.objects.bulk_create(rows)
     for i, task in enumerate(rows):
-        Task.objects.filter(pk=task.pk).update(created_at=now - timedelta(minutes=i * 1.2))
+        created = now - timedelta(minutes=i * 1.2)
+        finished = created + timedelta(seconds=40) if task.finished_at else None
+        Task.objects.filter(pk=task.pk).update(created_at=created, finished_at=finished)
     notice = Task.objects.create(client=demo, tool_name="send_notice", idempotency_key="notice-7",
                                  arguments={"to": "ops@example.com", "subject": "Maintenance",
                                             "body": "Tonight at 22:00."},
@@ -345,6 +347,9 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
         TaskEvent.objects.create(task=notice, kind=kind, actor_type=actor_type)
     running = Task.objects.create(client=demo, tool_name="export_report", arguments={"quarter": "Q3"},
                                   status_message="Writing the export (3/10)", lease_owner="w:1:x")  # fmt: skip
+
+    for kind, actor_type in [("accepted", "client"), ("leg_started", "worker")]:
+        TaskEvent.objects.create(task=running, kind=kind, actor_type=actor_type)
 
     out = Path(os.environ.get("TASKDESK_SCREENSHOT_DIR") or tmp_path)
     out.mkdir(parents=True, exist_ok=True)

@@ -204,6 +204,8 @@ def test_a_60_s_slow_echo_is_cancelled_from_its_page(browser, stack, make_user, 
     page.get_by_role("button", name="Request cancellation").click()
     confirm = page.get_by_role("button", name="Confirm cancellation")
     expect(confirm).to_be_visible()
+    assert page.url == f"{stack.url}/tasks/{task_id}/"  # opened in place, by htmx
+    expect(page.locator("#cancel-heading")).to_be_focused()
     time.sleep(2.5)  # a page refresh passes; the confirmation stays open
     expect(confirm).to_be_visible()
     clicked = time.monotonic()
@@ -216,6 +218,7 @@ def test_a_60_s_slow_echo_is_cancelled_from_its_page(browser, stack, make_user, 
     event = TaskEvent.objects.get(task_id=task_id, kind="cancel_requested")
     assert (event.actor_type, event.actor) == ("operator", "olga")
     expect(page.get_by_role("button", name="Request cancellation")).to_have_count(0)
+    assert page.url == f"{stack.url}/tasks/{task_id}/"
 
 
 def test_a_viewer_sees_no_cancel_button_and_a_direct_post_is_refused(

@@ -8,6 +8,7 @@ from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Count as DbCount
 from django.db.models import Q, QuerySet
@@ -268,7 +269,10 @@ def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
 
 
 def _planner_estimate(qs: QuerySet[Task]) -> int:
-    sql, params = qs.values("pk").query.sql_with_params()
+    try:
+        sql, params = qs.values("pk").query.sql_with_params()
+    except EmptyResultSet:  # e.g. no visible client: nothing to ask about
+        return 0
     with connections[qs.db].cursor() as cursor:
         cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
         plan = cursor.fetchone()[0]

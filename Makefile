@@ -43,6 +43,7 @@ bench: install
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	$(BIN)/python bench/acceptance.py
 	$(BIN)/python bench/runtime.py
+	$(BIN)/python bench/dashboard.py
 
 # Style, the import contracts and cycles (pyproject.toml [tool.importlinter]), and the types
 # (mypy --strict, [tool.mypy]). Every check runs; the target fails if any of them fails.

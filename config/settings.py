@@ -233,7 +233,7 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 LOGIN_URL = "/accounts/login/"
-LOGIN_REDIRECT_URL = "/inbox/"
+LOGIN_REDIRECT_URL = "/tasks/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
 
 LANGUAGE_CODE = "en-us"
@@ -371,6 +371,9 @@ TASKDESK_REFUND_APPROVAL_CENTS = env_int("TASKDESK_REFUND_APPROVAL_CENTS", 10000
 # How long the demo payment provider takes to answer a refund (a window in which a worker
 # can die between making the refund and recording it; the worker tests use it).
 TASKDESK_DEMO_REFUND_SECONDS = env_float("TASKDESK_DEMO_REFUND_SECONDS", 0.0, minimum=0)
+# How long the demo outbox takes to send a notice (send_notice), inside its effect: a worker
+# killed then leaves the effect unknown, and the task waits for an operator to reconcile it.
+TASKDESK_DEMO_NOTICE_SECONDS = env_float("TASKDESK_DEMO_NOTICE_SECONDS", 1.0, minimum=0)
 TASKDESK_PUBLIC_URL = env_str("TASKDESK_PUBLIC_URL") or f"http://{HOST}:{PORT}"
 
 # --- logging ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Reads of input requests for the operator pages. The tenant check lives here.
 
-An operator sees the questions of the tenants they belong to (``Tenant.members``); a
-superuser sees every tenant's. Only form-mode questions meant for an operator (audience
+An operator with a role (``tasks_app.operators``) sees the questions of the tenants they
+belong to (``Tenant.members``); a superuser sees every tenant's. Only form-mode questions meant for an operator (audience
 ``operator`` or ``any``) belong in the inbox: client-only and URL-mode questions are
 answered in the MCP client.
 """
@@ -9,12 +9,14 @@ answered in the MCP client.
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime
 
 from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import F, QuerySet
 from django.utils import timezone
 
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
+from tasks_app import operators
 from tasks_app.models import TERMINAL_STATUSES
 
 OPERATOR_AUDIENCES = (Audience.OPERATOR, Audience.ANY)
@@ -26,10 +28,12 @@ class InputRequestNotFound(Exception):
 
 def _for_operator(user: User | AnonymousUser) -> QuerySet[InputRequest]:
     qs = InputRequest.objects.filter(mode=Mode.FORM, audience__in=OPERATOR_AUDIENCES)
-    if not user.is_authenticated or not user.is_active:
+    if not operators.may(user, operators.VIEW_QUESTIONS):
         return qs.none()
     if getattr(user, "is_superuser", False):
         return qs
+    if not isinstance(user, User):  # anonymous: no tenant
+        return qs.none()
     return qs.filter(task__client__tenant__members=user)
 
 
@@ -80,4 +84,16 @@ def input_requests_of_task(*, task_id: str) -> QuerySet[InputRequest]:
         InputRequest.objects.filter(task_id=task_id)
         .select_related("answered_by_user", "answered_by_client")
         .order_by("created_at", "pk")
+    )
+
+
+def overdue_task_ids(*, now: datetime | None = None) -> list[str]:
+    """Tasks with a pending question past its deadline (the dashboard's attention list; the
+    caller limits them to the tasks the operator may see). Served by the pending index."""
+    now = now or timezone.now()
+    return list(
+        InputRequest.objects.filter(status=RequestStatus.PENDING, deadline__lt=now)
+        .order_by()
+        .values_list("task_id", flat=True)
+        .distinct()
     )

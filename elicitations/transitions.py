@@ -36,6 +36,7 @@ from elicitations.models import (
     RequestStatus,
 )
 from elicitations.schemas import UnsupportedSchema
+from tasks_app import operators
 from tasks_app import transitions as task_transitions
 from tasks_app.models import Actor, Client, EventKind, Status, Task, event
 from tasks_app.seams import StatementPart
@@ -226,6 +227,8 @@ def _refusal(
             and not task.client.tenant.members.filter(pk=user.pk).exists()
         ):
             return "the operator is not a member of the task's tenant"
+        if not operators.may(user, operators.ANSWER_QUESTIONS):
+            return "the operator's role may not answer questions"
         return None
     return f"{channel!r} is not an answer channel"
 

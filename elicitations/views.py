@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
 from django.http import Http404, HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -22,6 +23,7 @@ from elicitations import selectors, transitions
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm
 from elicitations.models import Channel, InputRequest
 from elicitations.transitions import AnswerResult
+from tasks_app import operators
 from tasks_app.operators import operator_login_required
 
 # Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
@@ -56,9 +58,12 @@ def answer(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
         )
     except selectors.InputRequestNotFound:
         raise Http404("No such question in your inbox.") from None
+    may_answer = operators.may(request.user, operators.ANSWER_QUESTIONS)
     if request.method == "POST":
+        if not may_answer:  # the transition refuses too; this says why
+            raise PermissionDenied("Your role lets you see questions, not answer them.")
         return _submit(request, question)
-    form = AnswerForm(question.form_schema) if question.is_pending else None
+    form = AnswerForm(question.form_schema) if question.is_pending and may_answer else None
     return _page(request, question, form=form)
 
 
@@ -120,6 +125,7 @@ def _page(
         "already": already,
         "done": done,
         "now": timezone.now(),
+        "may_answer": operators.may(request.user, operators.ANSWER_QUESTIONS),
         "nav": "inbox",
     }
     return render(request, template, context, status=status)

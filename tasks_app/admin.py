@@ -1,8 +1,52 @@
+"""The admin: tenants, clients and tokens are edited here; tasks and their records are read.
+
+Non-superuser staff see only the rows of the tenants they are members of. Tasks, events,
+effects and journal entries are history: they change only through ``tasks_app.transitions``
+and the runtime, so the admin neither edits nor deletes them. A revoked token stays revoked.
+"""
+
 from __future__ import annotations
 
-from django.contrib import admin
+from typing import Any
 
-from tasks_app.models import Client, ClientToken, Effect, Task, TaskEvent, Tenant
+from django.contrib import admin
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from tasks_app.models import Client, ClientToken, Effect, JournalEntry, Task, TaskEvent, Tenant
+
+
+class TenantScoped(admin.ModelAdmin[Any]):
+    """Limits non-superuser staff to their tenants' rows (TENANT_PATH leads to the Tenant)."""
+
+    tenant_path = "tenant"
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = super().get_queryset(request)
+        if request.user.is_superuser:
+            return qs
+        return qs.filter(**{f"{self.tenant_path}__members": request.user.pk}).distinct()
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if not request.user.is_superuser:
+            if db_field.related_model is Tenant:
+                kwargs["queryset"] = Tenant.objects.filter(members=request.user.pk)
+            elif db_field.related_model is Client:
+                kwargs["queryset"] = Client.objects.filter(tenant__members=request.user.pk)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
+class History:
+    """Read-only: rows that change only through transitions."""
+
+    def has_add_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
 
 
 @admin.register(Tenant)
@@ -10,23 +54,33 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
     list_display = ["slug", "created_at"]
     filter_horizontal = ["members"]
 
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = super().get_queryset(request)
+        return qs if request.user.is_superuser else qs.filter(members=request.user.pk)
+
 
 @admin.register(Client)
-class ClientAdmin(admin.ModelAdmin[Client]):
+class ClientAdmin(TenantScoped):
     list_display = ["name", "tenant", "created_at"]
     list_filter = ["tenant"]
 
 
 @admin.register(ClientToken)
-class ClientTokenAdmin(admin.ModelAdmin[ClientToken]):
+class ClientTokenAdmin(TenantScoped):
+    tenant_path = "client__tenant"
     list_display = ["prefix", "client", "created_at", "revoked_at"]
     readonly_fields = ["token_hash", "prefix", "client", "created_at"]
 
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        fields = list(super().get_readonly_fields(request, obj))
+        if obj is not None and obj.revoked_at is not None:
+            fields.append("revoked_at")  # a revoked token cannot be un-revoked
+        return fields
 
-class EventInline(admin.TabularInline[TaskEvent, Task]):
+
+class EventInline(History, admin.TabularInline[TaskEvent, Task]):
     model = TaskEvent
     extra = 0
-    can_delete = False
     readonly_fields = [
         "created_at",
         "kind",
@@ -38,18 +92,34 @@ class EventInline(admin.TabularInline[TaskEvent, Task]):
     ]
 
 
-class EffectInline(admin.TabularInline[Effect, Task]):
+class EffectInline(History, admin.TabularInline[Effect, Task]):
     model = Effect
     extra = 0
-    can_delete = False
-    readonly_fields = ["seq", "name", "target", "state", "downstream_key", "detail", "updated_at"]
+    readonly_fields = [
+        "seq",
+        "name",
+        "target",
+        "state",
+        "downstream_key",
+        "compensable",
+        "detail",
+        "created_at",
+        "settled_at",
+    ]
+
+
+class JournalInline(History, admin.TabularInline[JournalEntry, Task]):
+    model = JournalEntry
+    extra = 0
+    readonly_fields = ["seq", "kind", "name", "outcome", "created_at"]
 
 
 @admin.register(Task)
-class TaskAdmin(admin.ModelAdmin[Task]):
-    # Status is read-only here: every change goes through tasks_app.transitions.
+class TaskAdmin(History, TenantScoped):
+    tenant_path = "client__tenant"
     list_display = ["id", "tool_name", "client", "status", "created_at"]
     list_filter = ["status", "tool_name", "era"]
-    search_fields = ["id", "idempotency_key", "tool_name"]
+    search_fields = ["^id", "=idempotency_key", "tool_name"]
+    list_select_related = ["client"]
     readonly_fields = [f.name for f in Task._meta.fields]
-    inlines = [EffectInline, EventInline]
+    inlines = [EffectInline, JournalInline, EventInline]

@@ -73,7 +73,10 @@ class Era(models.TextChoices):
 
 class Task(models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
-    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="tasks")
+    # Indexed by task_client_recent (client first), which also serves the foreign key.
+    client = models.ForeignKey(
+        Client, on_delete=models.CASCADE, related_name="tasks", db_index=False
+    )
     tool_name = models.CharField(max_length=200)
     arguments = models.JSONField(default=dict)
     fingerprint = models.CharField(max_length=64, blank=True)
@@ -108,8 +111,26 @@ class Task(models.Model):
             models.CheckConstraint(condition=Q(status__in=Status.values), name="task_status_valid"),
         ]
         indexes = [
-            # The dashboard's default listing and the lease sweeper's scan.
-            models.Index(fields=["status", "-created_at"], name="task_status_created"),
+            # The dashboard's list (tasks_app.selectors.task_page_for_operator): newest first,
+            # read by keyset on (created_at, id), unfiltered, by status, by tool, by client.
+            # The first also serves the throughput chart's "accepted per minute".
+            models.Index(fields=["-created_at", "-id"], name="task_recent"),
+            # client_id is carried in the status index so a tenant's count per status is an
+            # index-only scan (task_counts_for_operator).
+            models.Index(
+                fields=["status", "-created_at", "-id"],
+                include=["client"],
+                name="task_status_recent",
+            ),
+            models.Index(fields=["tool_name", "-created_at", "-id"], name="task_tool_recent"),
+            models.Index(fields=["client", "-created_at", "-id"], name="task_client_recent"),
+            # Finished tasks by status and end: the attention list's "failed in the last 24 h"
+            # and the throughput chart's "finished per minute".
+            models.Index(
+                fields=["status", "finished_at"],
+                condition=Q(finished_at__isnull=False),
+                name="task_finished",
+            ),
             models.Index(
                 fields=["lease_expires_at"],
                 condition=Q(status="working"),
@@ -188,7 +209,8 @@ class TaskEvent(models.Model):
     old_status = models.CharField(max_length=20, blank=True)
     new_status = models.CharField(max_length=20, blank=True)
     detail = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    # Not indexed: a timeline is read through the task's foreign key.
+    created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -254,6 +276,10 @@ class Effect(models.Model):
             models.CheckConstraint(
                 condition=Q(state__in=EffectState.values), name="effect_state_valid"
             ),
+        ]
+        indexes = [
+            # The dashboard's attention list: tasks with an effect waiting for an operator.
+            models.Index(fields=["task"], condition=Q(state="unknown"), name="effect_unknown"),
         ]
 
     def __str__(self) -> str:

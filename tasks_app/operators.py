@@ -1,4 +1,4 @@
-"""Who may use the operator pages: the login decorator every page shares."""
+"""Who may use the operator pages: the login decorator every page shares, and the roles."""
 
 from __future__ import annotations
 
@@ -36,3 +36,88 @@ def operator_login_required(view: View) -> View:
         return plain(request, *args, **kwargs)
 
     return wrapper
+
+
+# --- roles ----------------------------------------------------------------------------------
+#
+# Roles are Django groups; what a role may do is a set of permissions. The pages and actions
+# ask for permissions (``user.has_perm``), never for group names, so a site can also grant a
+# single permission to a user in the admin. Every role is limited to the tenants the user is a
+# member of (``Tenant.members``); superusers have every permission in every tenant.
+#
+# The permissions to answer, cancel and reconcile are not in the models' Meta: they are rows
+# that the data migration ``0004_roles`` creates and ``ensure_roles`` recreates (a test run's
+# flush removes groups and rows the models do not declare).
+
+VIEW_TASKS = "tasks_app.view_task"
+VIEW_QUESTIONS = "elicitations.view_inputrequest"
+ANSWER_QUESTIONS = "elicitations.answer_inputrequest"
+CANCEL_TASKS = "tasks_app.cancel_task"
+RECONCILE_EFFECTS = "tasks_app.reconcile_effect"
+
+# name -> (model, description) of the permissions the roles are made of.
+PERMISSIONS: dict[str, tuple[str, str]] = {
+    VIEW_TASKS: ("task", "Can view task"),
+    VIEW_QUESTIONS: ("inputrequest", "Can view input request"),
+    ANSWER_QUESTIONS: ("inputrequest", "Can answer questions in the inbox"),
+    CANCEL_TASKS: ("task", "Can request cancellation of tasks"),
+    RECONCILE_EFFECTS: ("effect", "Can reconcile effects whose outcome is unknown"),
+}
+VIEWER, ANSWERER, OPERATOR = "viewer", "answerer", "operator"
+ROLES: dict[str, tuple[str, ...]] = {
+    VIEWER: (VIEW_TASKS, VIEW_QUESTIONS),
+    ANSWERER: (VIEW_TASKS, VIEW_QUESTIONS, ANSWER_QUESTIONS),
+    OPERATOR: (VIEW_TASKS, VIEW_QUESTIONS, ANSWER_QUESTIONS, CANCEL_TASKS, RECONCILE_EFFECTS),
+}
+
+
+def _permission(name: str) -> Any:
+    from django.contrib.auth.models import Permission
+    from django.contrib.contenttypes.models import ContentType
+
+    app_label, codename = name.split(".")
+    model, description = PERMISSIONS[name]
+    content_type, _ = ContentType.objects.get_or_create(app_label=app_label, model=model)
+    permission, _ = Permission.objects.get_or_create(
+        content_type=content_type, codename=codename, defaults={"name": description}
+    )
+    return permission
+
+
+def ensure_roles() -> dict[str, Any]:
+    """Create the role groups and their permissions if missing; return the groups by role."""
+    from django.contrib.auth.models import Group
+
+    groups = {}
+    for role, names in ROLES.items():
+        group, _ = Group.objects.get_or_create(name=role)
+        group.permissions.add(*(_permission(name) for name in names))
+        groups[role] = group
+    return groups
+
+
+def grant_role(user: Any, role: str) -> None:
+    """Make ROLE the user's only role (the groups of other roles are left)."""
+    if role not in ROLES:
+        raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
+    groups = ensure_roles()
+    user.groups.remove(*(g for name, g in groups.items() if name != role))
+    user.groups.add(groups[role])
+    # has_perm caches the user's permissions on the instance.
+    for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+        user.__dict__.pop(cache, None)
+
+
+def role_of(user: Any) -> str:
+    """The user's strongest role, for people ("superuser", a role name, or "none")."""
+    if getattr(user, "is_superuser", False):
+        return "superuser"
+    for role in (OPERATOR, ANSWERER, VIEWER):
+        if all(user.has_perm(name) for name in ROLES[role]):
+            return role
+    return "none"
+
+
+def may(user: Any, permission: str) -> bool:
+    """Whether USER holds PERMISSION (in the tenants they belong to; superusers: always)."""
+    return bool(user.is_authenticated and user.is_active and user.has_perm(permission))

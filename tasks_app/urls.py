@@ -2,8 +2,15 @@ from __future__ import annotations
 
 from django.urls import path
 
-from tasks_app import views
+from tasks_app import dashboard
 
 urlpatterns = [
-    path("tasks/<str:task_id>/", views.task_detail, name="task_detail"),
+    path("tasks/", dashboard.task_list, name="task_list"),
+    path("tasks/<str:task_id>/", dashboard.task_detail, name="task_detail"),
+    path("tasks/<str:task_id>/cancel/", dashboard.task_cancel, name="task_cancel"),
+    path(
+        "tasks/<str:task_id>/effects/<int:effect_id>/reconcile/",
+        dashboard.effect_reconcile,
+        name="effect_reconcile",
+    ),
 ]

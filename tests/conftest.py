@@ -3,7 +3,10 @@
 Personas (each says what it may do):
 - ``alice``: an MCP client in tenant ``acme``; owns tasks and answers their questions.
 - ``bob``: an MCP client in tenant ``globex``; must never see alice's tasks.
-- ``operator``: a Django user in tenant ``acme``; answers inbox questions of acme's tasks.
+- ``operator``: a Django user in tenant ``acme`` with the operator role; answers inbox
+  questions of acme's tasks, cancels them and reconciles their effects.
+- ``viewer``: a Django user in tenant ``acme`` with the viewer role; sees acme's tasks and
+  questions, changes nothing.
 - ``outsider``: a Django user in no tenant; sees nothing.
 """
 
@@ -83,8 +86,21 @@ def bob_token(bob):  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def operator(alice, django_user_model):  # type: ignore[no-untyped-def]
+    from tasks_app.operators import grant_role
+
     user = django_user_model.objects.create_user(username="olga", password="pw-olga-123")
     alice.tenant.members.add(user)
+    grant_role(user, "operator")
+    return user
+
+
+@pytest.fixture
+def viewer(alice, django_user_model):  # type: ignore[no-untyped-def]
+    from tasks_app.operators import grant_role
+
+    user = django_user_model.objects.create_user(username="vera", password="pw-vera-123")
+    alice.tenant.members.add(user)
+    grant_role(user, "viewer")
     return user
 
 

@@ -19,3 +19,34 @@ document.addEventListener("htmx:afterSwap", (event) => {
     next.focus();
   }
 });
+
+// The cancellation confirmation opens in the task page's cancel panel: move focus to its
+// heading, so the keyboard continues where it appeared.
+document.addEventListener("htmx:afterSwap", (event) => {
+  const target = event.detail.target;
+  if (target && target.id === "cancel-panel") {
+    const heading = target.querySelector("[data-focus-on-load]");
+    if (heading) {
+      heading.focus();
+    }
+  }
+});
+
+// A refresh replaces the task page's and the list's regions; sections the operator opened
+// (the journal, an event's detail) stay open. Every such <details> has a stable id.
+let openDetails = [];
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const target = event.detail.target;
+  openDetails = target
+    ? [...target.querySelectorAll("details[open][id]")].map((el) => el.id)
+    : [];
+});
+document.addEventListener("htmx:afterSwap", () => {
+  for (const id of openDetails) {
+    const details = document.getElementById(id);
+    if (details) {
+      details.open = true;
+    }
+  }
+  openDetails = [];
+});

@@ -382,8 +382,10 @@ class NotReconcilable(ValueError):
     """Only an ``unknown`` effect can be reconciled."""
 
 
-def reconcile_effect(*, effect_id: int, happened: bool, user: AbstractBaseUser) -> Effect:
-    """Record an operator's answer to "did this unknown effect happen?".
+def reconcile_effect(
+    *, effect_id: int, happened: bool, user: AbstractBaseUser, note: str = ""
+) -> Effect:
+    """Record an operator's answer to "did this unknown effect happen?", with their NOTE.
 
     ``happened=True`` confirms it (the tool skips it); ``False`` makes the next leg run it
     again with the same downstream key. A working task that was waiting for this decision
@@ -399,7 +401,7 @@ def reconcile_effect(*, effect_id: int, happened: bool, user: AbstractBaseUser) 
                 f"effect {effect.name!r} is {effect.state}; only an unknown effect can be reconciled"
             )
         now = timezone.now()
-        decision = {"happened": happened, "by": username, "at": now.isoformat()}
+        decision = {"happened": happened, "by": username, "at": now.isoformat(), "note": note}
         effect.detail = {**effect.detail, "reconciled": decision}
         fields = ["detail", "updated_at"]
         if happened:
@@ -408,7 +410,7 @@ def reconcile_effect(*, effect_id: int, happened: bool, user: AbstractBaseUser) 
         effect.save(update_fields=fields)
         event(task, EventKind.EFFECT_RECONCILED, actor_type=Actor.OPERATOR, actor=username,
               effect=effect.name, seq=effect.seq, key=effect.downstream_key,
-              happened=happened)  # fmt: skip
+              happened=happened, note=note)  # fmt: skip
         if task.status == Status.WORKING and not task.lease_owner:
             transitions.resume(
                 task_id=task.pk,

@@ -13,6 +13,7 @@ from elicitations.models import InputRequest
 from elicitations.transitions import AnswerResult
 from tasks_app import transitions as task_transitions
 from tasks_app.models import Dispatch, Task, TaskEvent
+from tasks_app.operators import grant_role
 
 APPROVE = {"action": "accept", "content": {"approve": True, "note": "ok"}}
 
@@ -94,6 +95,7 @@ def test_a_second_answer_changes_nothing_and_is_recorded(
     transitions.answer(task=task, key=request.key, response=APPROVE, channel="inbox", user=operator)
     second = django_user_model.objects.create_user(username="sam", password="pw-sam-12345")
     task.client.tenant.members.add(second)
+    grant_role(second, "answerer")
 
     outcome = transitions.answer(
         task=task, key=request.key, response={"action": "decline"}, channel="inbox", user=second

@@ -9,6 +9,7 @@ from django.test import Client
 
 from elicitations.models import InputRequest
 from tasks_app.models import Dispatch, Task, TaskEvent
+from tasks_app.operators import grant_role
 from tests.elicitations.test_schemas import EVERY_FIELD_KIND
 
 HTMX = {"HTTP_HX_REQUEST": "true"}
@@ -224,6 +225,7 @@ def test_a_second_operator_is_told_who_answered_first(
     request = ask()
     sam = django_user_model.objects.create_user(username="sam", password="pw-sam-12345")
     task.client.tenant.members.add(sam)
+    grant_role(sam, "answerer")
     # Both open the form; olga answers first.
     olga_client, sam_client = Client(), Client()
     olga_client.force_login(operator)

@@ -32,7 +32,7 @@ def test_an_expired_session_reloads_the_whole_page_to_log_in(client) -> None:
     assert response.content == b""
 
 
-def test_logging_in_lands_on_the_inbox(client, operator) -> None:
+def test_logging_in_lands_on_the_dashboard(client, operator) -> None:
     page = client.get("/accounts/login/")
     assert page.status_code == 200
     assert b'<label for="id_username">Username</label>' in page.content
@@ -41,8 +41,8 @@ def test_logging_in_lands_on_the_inbox(client, operator) -> None:
     response = client.post(
         "/accounts/login/", {"username": "olga", "password": "pw-olga-123"}, follow=True
     )
-    assert response.redirect_chain == [("/inbox/", 302)]
-    assert b'<h1 id="inbox-heading">Inbox</h1>' in response.content
+    assert response.redirect_chain == [("/tasks/", 302)]
+    assert b'<h1 id="tasks-heading">Tasks</h1>' in response.content
 
 
 def test_a_wrong_password_says_so(client, operator) -> None:

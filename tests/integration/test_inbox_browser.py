@@ -112,8 +112,11 @@ def make_operator(demo, django_user_model, settings) -> Callable[[str], Any]:  #
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.PBKDF2PasswordHasher"]
 
     def make(username: str) -> Any:
+        from tasks_app.operators import grant_role
+
         user = django_user_model.objects.create_user(username=username, password=f"pw-{username}-1")
         demo.tenant.members.add(user)
+        grant_role(user, "answerer")
         return user
 
     return make

@@ -3,7 +3,8 @@
 - ``export_report`` writes a report file through an effect with a verify hook;
 - ``refund_payment`` asks an operator to approve large refunds, then refunds once;
 - ``confirm_action`` asks the MCP client to confirm;
-- ``slow_echo`` waits, checking for cancellation, and echoes its text.
+- ``slow_echo`` waits, checking for cancellation, and echoes its text;
+- ``send_notice`` sends a notice through the demo outbox, an effect with no verify hook.
 
 Their "outside world" is Taskdesk's own storage: the export folder
 (``TASKDESK_EXPORT_DIR``, which every worker must share) and the ``DemoRefund`` table, which
@@ -361,3 +362,71 @@ def slow_echo(
     """Echo the text back after some seconds (checking for cancellation every 0.2 s)."""
     ctx.sleep(seconds, every=0.2)
     return text
+
+
+# --- send_notice --------------------------------------------------------------------------------
+
+# The demo outbox: one JSON line per notice sent, in the demo storage folder.
+OUTBOX = "outbox.jsonl"
+
+
+class NoticeResult(BaseModel):
+    notice_id: str
+    to: str
+
+
+def sent_notices(folder: Path | None = None) -> list[dict[str, Any]]:
+    """The notices the demo outbox has sent, oldest first."""
+    path = (folder or _export_dir()) / OUTBOX
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+@tools.tool(
+    task="required",
+    requires_idempotency_key=True,
+    key_argument="request_key",
+    output_schema=NoticeResult,
+    annotations={
+        "title": "Send a notice",
+        "readOnlyHint": False,
+        "destructiveHint": False,
+        "idempotentHint": True,
+        "openWorldHint": True,
+    },
+)
+def send_notice(
+    ctx: ToolContext,
+    to: Annotated[str, Field(min_length=1, max_length=200, description="Recipient")],
+    subject: Annotated[str, Field(max_length=200, description="Subject line")],
+    body: Annotated[str, Field(max_length=10_000, description="Text of the notice")],
+    request_key: Annotated[
+        str | None,
+        Field(description="Idempotency key of this notice: repeat it on a retry"),
+    ] = None,
+) -> ToolResult:
+    """Send a notice to a recipient through the demo outbox, once.
+
+    The outbox cannot be asked afterwards whether a notice went out, so the effect has no
+    verify hook: if the worker dies while sending, an operator decides in the task's effects
+    ledger whether it happened. Needs an idempotency key.
+    """
+    with ctx.effect("send_notice", target=to) as fx:
+        if not fx.done:
+            # The outbox's latency; a worker killed here leaves the effect unknown.
+            time.sleep(settings.TASKDESK_DEMO_NOTICE_SECONDS)
+            entry = {"key": fx.key, "to": to, "subject": subject, "body": body}
+            entry["at"] = timezone.now().isoformat()
+            line = json.dumps(entry, sort_keys=True) + "\n"
+            fd = os.open(_export_dir() / OUTBOX, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
+            fx.record(notice_id=fx.key)
+    structured = NoticeResult(notice_id=fx.key, to=to)
+    return ToolResult(
+        content=[text_block(f"Sent the notice {subject!r} to {to}.")],
+        structured=structured.model_dump(),
+    )

@@ -1,0 +1,406 @@
+"""The operator console: the task list at /tasks/, the task page and its two actions.
+
+Views stay thin. Selectors decide what the operator may see and do (tenant and role:
+``tasks_app.selectors``, ``elicitations.selectors``); the state changes are the public
+transitions every other interface calls: ``transitions.request_cancel`` (as ``tasks/cancel``
+does, with the operator as actor) and ``runtime.reconcile_effect``. Tool and client text
+reaches the templates as plain strings, which the template engine escapes.
+
+This module is a top layer: it may use both apps.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+from urllib.parse import urlencode
+
+from django.contrib import messages
+from django.contrib.auth.models import User
+from django.core.exceptions import PermissionDenied
+from django.http import Http404, HttpRequest, HttpResponse, QueryDict
+from django.shortcuts import redirect, render
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.html import format_html_join
+from django.views.decorators.http import require_GET, require_http_methods, require_POST
+from django_htmx.http import HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
+
+from elicitations.selectors import input_requests_of_task, overdue_task_ids
+from tasks_app import operators, runtime, selectors, transitions
+from tasks_app.models import Actor, Effect, Status, Task, TaskEvent
+from tasks_app.operators import operator_login_required
+from tasks_app.selectors import Count, Cursor, TaskFilters
+
+TIMELINE_PAGE = 200
+JOURNAL_CUT = 300
+NOTE_MAX = 1000
+LIST_KEYS = ("status", "tool", "client", "attention", "q", "cursor")
+
+
+class HtmxHttpRequest(HttpRequest):
+    htmx: HtmxDetails
+    user: User  # every view here is behind operator_login_required
+
+
+def _not_found() -> Http404:
+    return Http404("No such task.")
+
+
+# --- the list -------------------------------------------------------------------------------
+
+
+@require_GET
+@operator_login_required
+def task_list(request: HtmxHttpRequest) -> HttpResponse:
+    """Every task the operator may see, newest first, filtered by the query string."""
+    filters = TaskFilters.from_query(request.GET)
+    cursor = Cursor.decode(request.GET.get("cursor", ""))
+    attention = selectors.attention_filter(overdue_task_ids=overdue_task_ids())
+    page = selectors.task_page_for_operator(
+        user=request.user, filters=filters, cursor=cursor, attention=attention
+    )
+    counts = selectors.task_counts_for_operator(user=request.user, filters=filters)
+    attention_count = selectors.attention_count_for_operator(
+        user=request.user, filters=filters, attention=attention
+    )
+    version = _list_version(page.tasks, counts, attention_count)
+    if request.htmx and request.GET.get("since") == version:
+        return HttpResponse(status=204)  # nothing changed: htmx leaves the list as it is
+    tools, clients = selectors.tools_and_clients_visible_to(request.user)
+    here = filters.query(cursor=cursor.encode() if cursor else "")
+    context = {
+        "filters": filters,
+        "page": page,
+        # Row links are built from this prefix: one reverse() for the page, not one per row.
+        "task_prefix": reverse("task_list"),
+        "tiles": _tiles(filters, counts, attention_count),
+        "chart": throughput_chart(selectors.throughput_for_operator(user=request.user)),
+        "version": version,
+        "poll_url": _url("task_list", {**here, "since": version}),
+        "older_url": _url("task_list", filters.query(cursor=page.older.encode()))
+        if page.older
+        else "",
+        "newer_url": _url("task_list", filters.query(cursor=page.newer.encode()))
+        if page.newer
+        else "",
+        "first_url": _url("task_list", filters.query()) if cursor else "",
+        "from_list": urlencode(here),
+        "statuses": Status.choices,
+        "tools": tools,
+        "clients": clients,
+        "nav": "tasks",
+    }
+    template = "tasks_app/task_list.html"
+    if request.htmx:
+        template += "#task_list"
+    return render(request, template, context)
+
+
+def _url(name: str, query: dict[str, str], *args: Any) -> str:
+    path = reverse(name, args=args)
+    return f"{path}?{urlencode(query)}" if query else path
+
+
+def _tiles(
+    filters: TaskFilters, counts: dict[str, Count], attention: Count
+) -> list[dict[str, Any]]:
+    """The count links: every status, always (even at zero), then Needs attention."""
+    tiles = [
+        {
+            "label": label,
+            "key": status,
+            "count": counts[status],
+            "url": _url("task_list", filters.query(status=status, attention=False, q="")),
+            "current": filters.status == status and not filters.attention,
+        }
+        for status, label in Status.choices
+    ]
+    tiles.append(
+        {
+            "label": "Needs attention",
+            "key": "attention",
+            "count": attention,
+            "url": _url("task_list", filters.query(status="", attention=True, q="")),
+            "current": filters.attention,
+        }
+    )
+    return tiles
+
+
+def _list_version(tasks: list[Task], counts: dict[str, Count], attention: Count) -> str:
+    """A short token that changes when the page's rows or the counts change (or a minute
+    passes, so ages and the chart stay fresh). The poll sends it back; unchanged: 204."""
+    minute = timezone.now().strftime("%Y%m%d%H%M")
+    rows = ",".join(f"{t.pk}:{t.status}:{t.updated_at.timestamp()}" for t in tasks)
+    tally = ",".join(f"{k}={c.value}" for k, c in counts.items())
+    text = f"{minute}|{rows}|{tally}|{attention.value}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def throughput_chart(minutes: list[dict[str, Any]]) -> dict[str, Any]:
+    """Bar geometry of the throughput picture (inline SVG drawn by the template)."""
+    width, height, top = 600, 90, 12
+    slot = width / max(1, len(minutes))
+    peak = max([1] + [max(m["accepted"], m["finished"]) for m in minutes])
+    scale = (height - top) / peak
+    bars = []
+    for i, m in enumerate(minutes):
+        x = i * slot
+        a, f = m["accepted"] * scale, m["finished"] * scale
+        bars.append(
+            {
+                "minute": m["minute"],
+                "accepted": m["accepted"],
+                "finished": m["finished"],
+                "ax": round(x + 1, 1),
+                "fx": round(x + slot / 2, 1),
+                "w": round(slot / 2 - 1, 1),
+                "ay": round(height - a, 1),
+                "ah": round(a, 1),
+                "fy": round(height - f, 1),
+                "fh": round(f, 1),
+            }
+        )
+    return {
+        "width": width,
+        "height": height,
+        "peak": peak,
+        "svg_bars": _svg_bars(bars),
+        "accepted": sum(m["accepted"] for m in minutes),
+        "finished": sum(m["finished"] for m in minutes),
+    }
+
+
+def _svg_bars(bars: list[dict[str, Any]]) -> str:
+    """The chart's bars as SVG elements (numbers and times only; built here because 60
+    template iterations cost more than the rest of the page)."""
+    return format_html_join(
+        "",
+        "<g><title>{} UTC: {} accepted, {} finished</title>"
+        '<rect class="bar-accepted" x="{}" y="{}" width="{}" height="{}"></rect>'
+        '<rect class="bar-finished" x="{}" y="{}" width="{}" height="{}"></rect></g>',
+        (
+            (
+                f"{b['minute']:%H:%M}",
+                b["accepted"],
+                b["finished"],
+                b["ax"],
+                b["ay"],
+                b["w"],
+                b["ah"],
+                b["fx"],
+                b["fy"],
+                b["w"],
+                b["fh"],
+            )
+            for b in bars
+            if b["accepted"] or b["finished"]
+        ),
+    )
+
+
+# --- the task page ----------------------------------------------------------------------------
+
+
+@require_GET
+@operator_login_required
+def task_detail(request: HtmxHttpRequest, task_id: str) -> HttpResponse:
+    """One task: status, arguments, result, questions, effects, journal, timeline, actions."""
+    task = _task_or_404(request, task_id)
+    before = _int(request.GET.get("events_before"))
+    version = _task_version(task)
+    if request.htmx and request.GET.get("since") == version:
+        if task.is_terminal:
+            return HttpResponseStopPolling()
+        return HttpResponse(status=204)
+    return _task_page(request, task, version=version, events_before=before)
+
+
+def _task_or_404(request: HttpRequest, task_id: str, permission: str = "") -> Task:
+    try:
+        return selectors.task_get_for_operator(
+            user=request.user, task_id=task_id, permission=permission
+        )
+    except selectors.TaskNotFound:
+        raise _not_found() from None
+    except selectors.NotPermitted:
+        raise PermissionDenied("Your role does not allow this.") from None
+
+
+def _int(text: str | None) -> int | None:
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
+def _task_version(task: Task) -> str:
+    last_event = task.events.order_by("-pk").values_list("pk", flat=True).first()
+    text = f"{task.status}|{task.updated_at.timestamp()}|{last_event}"
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def _task_page(
+    request: HtmxHttpRequest,
+    task: Task,
+    *,
+    version: str | None = None,
+    events_before: int | None = None,
+    status: int = 200,
+    reconcile_errors: dict[int, str] | None = None,
+    notice: str = "",
+) -> HttpResponse:
+    user = request.user
+    events, earlier = _timeline(task, before=events_before)
+    back = _list_query(request.GET.get("from", ""))
+    poll = {"since": version or _task_version(task)}
+    if events_before:
+        poll["events_before"] = str(events_before)
+    if back:
+        poll["from"] = back
+    cancel_event = (
+        task.events.filter(kind="cancel_requested").order_by("created_at", "pk").first()
+        if task.cancel_requested_at
+        else None
+    )
+    context = {
+        "task": task,
+        "input_requests": input_requests_of_task(task_id=task.pk),
+        "effects": list(task.effects.order_by("seq")),
+        "journal": [_journal_row(e) for e in task.journal.order_by("seq")],
+        "events": events,
+        "earlier_events_url": _url("task_detail", {"events_before": str(earlier)}, task.pk)
+        if earlier
+        else "",
+        "latest_events_url": reverse("task_detail", args=[task.pk]) if events_before else "",
+        "poll_url": _url("task_detail", poll, task.pk),
+        "back_url": _url("task_list", QueryDict(back).dict()) if back else reverse("task_list"),
+        "from_list": back,
+        "cancel_event": cancel_event,
+        "can_cancel": operators.may(user, operators.CANCEL_TASKS)
+        and not task.is_terminal
+        and task.cancel_requested_at is None,
+        "can_reconcile": operators.may(user, operators.RECONCILE_EFFECTS),
+        "reconcile_errors": reconcile_errors or {},
+        "notice": notice,
+        "nav": "tasks",
+    }
+    template = "tasks_app/task_detail.html"
+    if request.htmx:
+        template += "#task_body"
+    return render(request, template, context, status=status)
+
+
+def _list_query(text: str) -> str:
+    """The list's query string a task page was opened from, keeping only the list's keys."""
+    given = QueryDict(text[:2000])
+    return urlencode({k: given[k] for k in LIST_KEYS if given.get(k)})
+
+
+def _timeline(task: Task, *, before: int | None) -> tuple[list[TaskEvent], int | None]:
+    """The latest TIMELINE_PAGE events (before event id BEFORE), oldest first, and the id to
+    ask for the page before them (None at the start of the timeline)."""
+    qs = task.events.all()
+    if before:
+        qs = qs.filter(pk__lt=before)
+    page = list(qs.order_by("-created_at", "-pk")[: TIMELINE_PAGE + 1])
+    earlier = page[TIMELINE_PAGE - 1].pk if len(page) > TIMELINE_PAGE else None
+    return page[:TIMELINE_PAGE][::-1], earlier
+
+
+def _journal_row(entry: Any) -> dict[str, Any]:
+    from tasks_app.templatetags.operator_ui import pretty_json
+
+    text = pretty_json(entry.outcome)
+    cut = len(text) > JOURNAL_CUT
+    return {
+        "seq": entry.seq,
+        "kind": entry.kind,
+        "name": entry.name,
+        "at": entry.created_at,
+        "outcome": text[: JOURNAL_CUT - 1] + "…" if cut else text,
+        "cut": cut,
+    }
+
+
+# --- actions ----------------------------------------------------------------------------------
+
+
+@require_http_methods(["GET", "POST"])
+@operator_login_required
+def task_cancel(request: HtmxHttpRequest, task_id: str) -> HttpResponse:
+    """GET: the confirmation. POST: request cancellation, as ``tasks/cancel`` does."""
+    task = _task_or_404(request, task_id, operators.CANCEL_TASKS)
+    if request.method == "GET":
+        template = (
+            "tasks_app/_cancel_confirm.html" if request.htmx else "tasks_app/task_cancel.html"
+        )
+        return render(request, template, {"task": task, "nav": "tasks"})
+    if task.is_terminal:
+        # Nothing to stop: the request is refused before it reaches the timeline.
+        return _refused(request, task, f"The task has already ended ({task.status}).")
+    transitions.request_cancel(
+        task_id=task.pk, actor_type=Actor.OPERATOR, actor=request.user.get_username()
+    )
+    task = _task_or_404(request, task_id)
+    if request.htmx:
+        return _task_page(request, task)
+    messages.success(request, "Cancellation requested.")
+    return redirect("task_detail", task_id=task.pk)
+
+
+@require_POST
+@operator_login_required
+def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> HttpResponse:
+    """Record an operator's answer for an ``unknown`` effect, with a note."""
+    try:
+        effect = selectors.effect_get_for_reconcile(
+            user=request.user, task_id=task_id, effect_id=effect_id
+        )
+    except selectors.TaskNotFound:
+        raise _not_found() from None
+    except selectors.NotPermitted:
+        raise PermissionDenied("Your role does not allow reconciling effects.") from None
+    happened = {"yes": True, "no": False}.get(request.POST.get("happened", ""))
+    note = request.POST.get("note", "").strip()
+    if happened is None or not note:
+        error = "Write a note and choose It happened or It did not happen."
+        return _reconcile_form_error(request, effect, error, note)
+    try:
+        runtime.reconcile_effect(
+            effect_id=effect.pk, happened=happened, user=request.user, note=note[:NOTE_MAX]
+        )
+    except runtime.NotReconcilable as exc:
+        return _refused(request, effect.task, str(exc))
+    task = _task_or_404(request, task_id)
+    if request.htmx:
+        return _task_page(request, task)
+    verdict = "happened" if happened else "did not happen"
+    messages.success(request, f"Recorded that {effect.name} {verdict}.")
+    return redirect("task_detail", task_id=task.pk)
+
+
+def _reconcile_form_error(
+    request: HtmxHttpRequest, effect: Effect, error: str, note: str
+) -> HttpResponse:
+    if request.htmx:
+        # Replace only this effect's form, so the rest of the page (and other notes) stay.
+        response = render(
+            request,
+            "tasks_app/_reconcile_form.html",
+            {"effect": effect, "task": effect.task, "error": error, "note": note},
+            status=200,
+        )
+        response["HX-Retarget"] = f"#reconcile-{effect.pk}"
+        response["HX-Reswap"] = "outerHTML"
+        return response
+    return _task_page(request, effect.task, status=400, reconcile_errors={effect.pk: error})
+
+
+def _refused(request: HtmxHttpRequest, task: Task, why: str) -> HttpResponse:
+    """A conflict (task ended, effect already settled): nothing changed; say so. htmx
+    requests get 200, which htmx swaps; a plain POST gets 409 Conflict."""
+    notice = f"{why} Nothing changed."
+    return _task_page(request, task, status=200 if request.htmx else 409, notice=notice)

@@ -4,7 +4,8 @@
 Celery beat, all pointed at the test database pytest-django created and at the broker of this
 run (the embedded filesystem broker under a fresh folder, or ``CELERY_BROKER_URL``). Tests
 that use it need committed data: use the ``transactional_db`` fixture. ``RedisServer`` runs a
-throwaway redis-server on a port of its own. ``wait_for`` polls until another process has
+throwaway redis-server on a port of its own. ``FaultProxy`` stands between a client and the
+server and loses, holds or refuses chosen answers. ``wait_for`` polls until another process has
 done something. Which services a run can reach is ``tests.services``' business.
 """
 
@@ -339,3 +340,98 @@ class RedisServer:
 
     def reachable(self) -> bool:
         return port_open("127.0.0.1", self.port, timeout=0.2)
+
+
+class FaultProxy:
+    """An HTTP proxy in front of UPSTREAM (a live stack's ``mcp_url``) that misbehaves on
+    purpose, for the requests whose ``Mcp-Method`` header a script names.
+
+    ``script(method, actions)`` takes the actions of the next requests of METHOD, in order:
+    ``"pass"`` forwards and returns the answer; ``"drop"`` forwards, then closes the
+    connection without answering (the acknowledgement is lost); ``"hold"`` forwards, then
+    never answers; ``"503"`` answers 503 with ``Retry-After`` without forwarding;
+    ``"forward-503"`` forwards, then answers 503 instead. Requests past the script pass.
+    ``seen`` lists ``(method, headers, action)`` of every request; ``on_request(method,
+    headers)`` runs as each arrives, before it is forwarded."""
+
+    def __init__(self, upstream: str, *, retry_after: int = 1) -> None:
+        import http.server
+        import threading
+
+        self.upstream = upstream
+        self.retry_after = retry_after
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.seen: list[tuple[str, dict[str, str], str]] = []
+        self.on_request: Callable[[str, dict[str, str]], None] | None = None
+        self._scripts: dict[str, list[str]] = {}
+        self._lock = threading.Lock()
+        self._closing = threading.Event()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                method = self.headers.get("Mcp-Method", "")
+                with proxy._lock:
+                    queue = proxy._scripts.get(method) or []
+                    action = queue.pop(0) if queue else "pass"
+                    proxy.seen.append((method, headers, action))
+                if proxy.on_request is not None:
+                    proxy.on_request(method, headers)
+                if action == "503":
+                    self._answer(503, b"busy", {"Retry-After": str(proxy.retry_after)})
+                    return
+                answer = httpx.post(proxy.upstream, content=body, headers=headers, timeout=60)
+                if action == "drop":
+                    self.close_connection = True
+                    return
+                if action == "hold":
+                    proxy._closing.wait(120)
+                    self.close_connection = True
+                    return
+                if action == "forward-503":
+                    self._answer(503, b"busy", {"Retry-After": str(proxy.retry_after)})
+                    return
+                kept = {
+                    k: v
+                    for k, v in answer.headers.items()
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection")
+                }
+                self._answer(answer.status_code, answer.content, kept)
+
+            def _answer(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+                self.send_response(status)
+                for name, value in headers.items():
+                    self.send_header(name, value)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", self.port), Handler)
+        self.server.daemon_threads = True
+        self.thread = threading.Thread(target=self.server.serve_forever, daemon=True)
+
+    def script(self, method: str, actions: list[str]) -> None:
+        with self._lock:
+            self._scripts[method] = list(actions)
+
+    def requests(self, method: str) -> list[tuple[dict[str, str], str]]:
+        with self._lock:
+            return [(headers, action) for m, headers, action in self.seen if m == method]
+
+    def __enter__(self) -> FaultProxy:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._closing.set()
+        self.server.shutdown()
+        self.server.server_close()
+        self.thread.join(10)

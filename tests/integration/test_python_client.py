@@ -127,6 +127,29 @@ def test_a_refused_call_is_settled_with_its_error(live, alice_token, tmp_path):
     assert Task.objects.count() == 0
 
 
+def test_a_handle_answers_cancels_and_reads_results(live, alice_token, tmp_path):
+    from taskdesk_client import TaskCancelled
+
+    with Client(live.mcp_url, token=alice_token, journal=tmp_path / "j.sqlite3") as client:
+        asking = client.submit("confirm_action", {"action": "deploy"})
+        task = asking.wait(timeout=60, until_input=True)
+        [(key, request)] = asking.input_requests.items()
+        assert task["status"] == "input_required"
+        assert request["params"]["message"] == "Confirm: deploy"
+        asking.answer(key, {"confirm": True})
+        result = asking.call_tool_result(timeout=60)  # the official SDK's type
+        assert result.content[0].text == "Confirmed: deploy" and not result.is_error  # type: ignore[union-attr]
+
+        slow = client.submit("slow_echo", {"text": "hi", "seconds": 60})
+        slow.cancel()
+        with pytest.raises(TaskCancelled):
+            slow.result(timeout=30)
+        assert slow.status == "cancelled"
+
+        # A task known only by its id (a receipt kept elsewhere).
+        assert client.task(asking.task_id).status == "completed"  # type: ignore[arg-type]
+
+
 # -- the command line, from a fresh virtual environment without Django ----------------------
 
 

@@ -6,12 +6,13 @@ A toolset is a module holding ``tools = Toolset("name")`` and functions decorate
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import inspect
 import math
 import typing
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, Literal, TypeVar, overload
@@ -306,8 +307,24 @@ def load_toolsets(names: Iterable[str]) -> list[Toolset]:
     return loaded
 
 
+# Toolsets served by this process on top of TASKDESK_TOOLSETS, while ``serving`` holds them
+# (the testing kit runs a tool this way without configuring its toolset).
+_SERVED: list[Toolset] = []
+
+
+@contextlib.contextmanager
+def serving(toolset: Toolset) -> Iterator[Toolset]:
+    """Serve TOOLSET in this process (its tools win over enabled ones of the same name) for
+    the duration of the ``with`` block."""
+    _SERVED.append(toolset)
+    try:
+        yield toolset
+    finally:
+        _SERVED.remove(toolset)
+
+
 def enabled_toolsets() -> list[Toolset]:
-    return load_toolsets(settings.TASKDESK_TOOLSETS)
+    return load_toolsets(settings.TASKDESK_TOOLSETS) + list(_SERVED)
 
 
 def enabled_tools() -> dict[str, ToolSpec]:

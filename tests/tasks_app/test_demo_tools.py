@@ -6,7 +6,6 @@ import hashlib
 import json
 import os
 import time
-from datetime import timedelta
 from pathlib import Path
 
 import pytest
@@ -16,14 +15,12 @@ from elicitations.models import Channel
 from tasks_app import runtime
 from tasks_app.models import DemoRefund, Effect, Status, Task
 from tasks_app.runtime import LegOutcome
+from tasks_app.testing import Killed as Died
+from tasks_app.testing import after_death
 from tasks_app.tools import get_tool
 from tasks_app.tools.toolsets import demo
 from tests.tasks_app.runtime.helpers import answer, events, leg, next_dispatch, pending, submit
 from tests.tasks_app.runtime.helpers import text_of as text
-
-
-class Died(BaseException):
-    """The worker process dying at this point (nothing records an outcome)."""
 
 
 @pytest.fixture(autouse=True)
@@ -47,13 +44,6 @@ def die_once(monkeypatch, target: object, name: str) -> None:  # type: ignore[no
         raise Died()
 
     monkeypatch.setattr(target, name, dying)
-
-
-def after_death(task: Task) -> LegOutcome:
-    """Let the dead leg's lease expire, run the sweeper, and run the leg it dispatches."""
-    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
-    assert runtime.redispatch_expired_leases() == 1
-    return leg(task)
 
 
 def run_dying_leg(task: Task) -> None:

@@ -1,4 +1,6 @@
-"""Shared helpers of the runtime tests: tasks created as acceptance would, and their legs."""
+"""Shared helpers of the runtime tests: tasks created as acceptance would, and their legs.
+
+``submit``, ``next_dispatch`` and ``leg`` are the testing kit's (``tasks_app.testing``)."""
 
 from __future__ import annotations
 
@@ -6,34 +8,10 @@ from typing import Any
 
 from elicitations import transitions as elicitations
 from elicitations.models import Channel, InputRequest, RequestStatus
-from tasks_app import dispatch, runtime
-from tasks_app.models import Client, Dispatch, Task
-from tasks_app.tools import get_tool
+from tasks_app.models import Task
+from tasks_app.testing import leg, next_dispatch, submit
 
-
-def submit(client: Client, tool: str, **arguments: Any) -> Task:
-    """A working task of CLIENT with one unpublished dispatch record, as acceptance makes."""
-    spec = get_tool(tool)
-    assert spec is not None, f"tool {tool} is not enabled"
-    task = Task.objects.create(
-        client=client, tool_name=tool, arguments=spec.normalize_arguments(arguments)
-    )
-    dispatch.enqueue(task, reason="accepted")
-    return task
-
-
-def next_dispatch(task: Task) -> int:
-    """The newest dispatch record of TASK that no leg has consumed yet."""
-    record = Dispatch.objects.filter(task=task, consumed_at__isnull=True).order_by("-pk").first()
-    assert record is not None, f"task {task.pk} has no pending dispatch"
-    return record.pk
-
-
-def leg(task: Task) -> runtime.LegOutcome:
-    """Run the leg the newest dispatch record of TASK asks for, and refresh TASK."""
-    outcome = runtime.run_leg(task_id=task.pk, dispatch_id=next_dispatch(task))
-    task.refresh_from_db()
-    return outcome
+__all__ = ["answer", "events", "leg", "next_dispatch", "pending", "submit", "text_of"]
 
 
 def events(task: Task) -> list[str]:

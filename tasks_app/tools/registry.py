@@ -62,6 +62,9 @@ class ToolSpec:
     title: str | None = None
     toolset: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
+    # The pydantic model of the signature's arguments (None for a tool declared with its own
+    # input_schema): it converts the JSON arguments into the typed values the function gets.
+    arguments_model: type[pydantic.BaseModel] | None = None
 
     def normalize_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
         """Validate ARGUMENTS and return them with defaults filled in and numbers normalized.
@@ -75,7 +78,23 @@ class ToolSpec:
             where = ".".join(str(p) for p in first.path) or "arguments"
             raise InvalidArguments(f"{where}: {first.message}")
         normalized: dict[str, Any] = _normalize(arguments, self.input_schema)
+        self.call_arguments(normalized)  # what the schema cannot say (a date's format, ...)
         return normalized
+
+    def call_arguments(self, arguments: dict[str, Any]) -> dict[str, Any]:
+        """The keyword arguments the function gets for the JSON ARGUMENTS: validated and
+        converted by the signature's types (a ``datetime`` from its ISO string, a pydantic
+        model from its object, ...). The same JSON always gives equal values, so a replay
+        gets what the first leg got. Raise InvalidArguments naming the offending argument."""
+        if self.arguments_model is None:
+            return dict(arguments)
+        try:
+            typed = self.arguments_model.model_validate(arguments)
+        except pydantic.ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"]) or "arguments"
+            raise InvalidArguments(f"{where}: {first['msg']}") from None
+        return {name: getattr(typed, name) for name in type(typed).model_fields}
 
     @functools.cached_property
     def _validator(self) -> jsonschema.Draft202012Validator:
@@ -125,7 +144,9 @@ def _normalize(value: Any, schema: dict[str, Any]) -> Any:
     return value
 
 
-def _schema_from_signature(func: Callable[..., Any], name: str) -> dict[str, Any]:
+def _schema_from_signature(
+    func: Callable[..., Any], name: str
+) -> tuple[dict[str, Any], type[pydantic.BaseModel]]:
     sig = inspect.signature(func)
     params = list(sig.parameters.values())
     if not params:
@@ -146,7 +167,7 @@ def _schema_from_signature(func: Callable[..., Any], name: str) -> dict[str, Any
     for prop in schema.get("properties", {}).values():
         prop.pop("title", None)
     schema.setdefault("properties", {})
-    return schema
+    return schema, model
 
 
 def _output_schema(func: Callable[..., Any]) -> dict[str, Any] | None:
@@ -248,7 +269,11 @@ class Toolset:
                 )
             if tool_name in self.tools:
                 raise ToolDefinitionError(f"tool {tool_name} is declared twice in {self.name}")
-            schema = input_schema or _schema_from_signature(f, tool_name)
+            model: type[pydantic.BaseModel] | None = None
+            if input_schema:
+                schema = input_schema
+            else:
+                schema, model = _schema_from_signature(f, tool_name)
             if key_argument and key_argument not in schema.get("properties", {}):
                 raise ToolDefinitionError(
                     f"tool {tool_name}: key_argument {key_argument!r} is not one of its arguments"
@@ -274,6 +299,7 @@ class Toolset:
                 time_limit=time_limit,
                 escalate=escalate,
                 toolset=self.name,
+                arguments_model=model,
             )
             self.tools[tool_name] = spec
             f.tool_spec = spec  # type: ignore[attr-defined]

@@ -205,7 +205,7 @@ def _call(ctx: TaskContext) -> Ending:
     spec, task_id = ctx.spec, ctx.task_id
     try:
         with _time_limit(ctx):
-            value = spec.func(ctx, **spec.call_arguments(ctx.task.arguments))
+            value = spec.invoke(ctx, ctx.task.arguments)
         ctx.check_journal_consumed()
     except NotDeterministic as exc:
         log.error("not deterministic task=%s leg=%s: %s", task_id, ctx.leg, exc.message)

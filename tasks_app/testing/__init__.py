@@ -22,6 +22,7 @@ With pytest, the ``taskdesk`` fixture (``tasks_app.pytest_plugin``, loaded by th
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager
 from datetime import datetime, timedelta
@@ -38,6 +39,7 @@ from tasks_app.models import Actor, Client, Dispatch, Effect, JournalEntry, Task
 from tasks_app.operators import grant_role
 from tasks_app.runtime import LegOutcome
 from tasks_app.tools import Answer, EffectHandle, Question, ToolContext, Toolset, ToolSpec, get_tool
+from tasks_app.tools.aio import AsyncToolContext
 from tasks_app.tools.registry import serving
 
 T = TypeVar("T")
@@ -349,6 +351,22 @@ class _Probe:
         self.fired: list[Kill] = []
 
     def wrap(self, func: Callable[..., Any]) -> Callable[..., Any]:
+        if inspect.iscoroutinefunction(func):
+            # An async tool's context hands each call to the sync context it wraps: probe that.
+            async def probed_async(actx: AsyncToolContext, *args: Any, **kwargs: Any) -> Any:
+                actx.sync = _ProbedContext(actx.sync, self)
+                clock = self.clock
+
+                async def sleep(seconds: float, *, every: float = 0.2) -> None:
+                    await actx.check_cancelled()
+                    clock.slept.append(seconds)
+                    clock.advance(seconds)
+
+                actx.sleep = sleep  # type: ignore[method-assign]
+                return await func(actx, *args, **kwargs)
+
+            return probed_async
+
         def probed(ctx: ToolContext, *args: Any, **kwargs: Any) -> Any:
             return func(_ProbedContext(ctx, self), *args, **kwargs)
 

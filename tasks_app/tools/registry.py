@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib
+import importlib.metadata
 import inspect
 import math
 import typing
@@ -95,6 +96,20 @@ class ToolSpec:
             where = ".".join(str(p) for p in first["loc"]) or "arguments"
             raise InvalidArguments(f"{where}: {first['msg']}") from None
         return {name: getattr(typed, name) for name in type(typed).model_fields}
+
+    @property
+    def is_async(self) -> bool:
+        return inspect.iscoroutinefunction(self.func)
+
+    def invoke(self, ctx: Any, arguments: dict[str, Any]) -> Any:
+        """Call the function with CTX and the typed ARGUMENTS; an ``async def`` runs on this
+        process's event loop with an ``AsyncToolContext`` (``tasks_app.tools.aio``)."""
+        kwargs = self.call_arguments(arguments)
+        if self.is_async:
+            from tasks_app.tools.aio import run_async_tool
+
+            return run_async_tool(self.func, ctx, kwargs)
+        return self.func(ctx, **kwargs)
 
     @functools.cached_property
     def _validator(self) -> jsonschema.Draft202012Validator:
@@ -313,18 +328,61 @@ def register_toolset(name: str, module: str) -> None:
     TOOLSET_MODULES[name] = module
 
 
+# Installed packages name their toolsets in this entry-point group: ``name = "module:attr"``,
+# where the attribute is a Toolset.
+ENTRY_POINT_GROUP = "taskdesk.toolsets"
+_installed: dict[str, Toolset] = {}
+
+
+def installed_toolsets() -> dict[str, importlib.metadata.EntryPoint]:
+    """The toolsets installed packages offer (entry-point group ``taskdesk.toolsets``)."""
+    return {ep.name: ep for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_toolsets() -> list[str]:
+    """Every toolset name TASKDESK_TOOLSETS may use: built in or registered, and installed."""
+    return sorted(set(TOOLSET_MODULES) | set(installed_toolsets()))
+
+
+def _from_entry_point(name: str) -> Toolset | None:
+    if name in _installed:
+        return _installed[name]
+    entry_point = installed_toolsets().get(name)
+    if entry_point is None:
+        return None
+    try:
+        loaded = entry_point.load()
+    except Exception as exc:
+        raise ToolDefinitionError(
+            f"toolset {name!r} ({entry_point.value}, from the {ENTRY_POINT_GROUP} entry points) "
+            f"could not be loaded: {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(loaded, Toolset):
+        raise ToolDefinitionError(
+            f"toolset {name!r}: {entry_point.value} is a {type(loaded).__name__}, not a Toolset"
+        )
+    _installed[name] = loaded
+    return loaded
+
+
 def load_toolsets(names: Iterable[str]) -> list[Toolset]:
     loaded = []
     for toolset_name in names:
-        # A dotted name that is not registered is a module path (``myproject.tools``).
-        module_path = TOOLSET_MODULES.get(toolset_name) or (
-            toolset_name if "." in toolset_name else None
-        )
+        module_path = TOOLSET_MODULES.get(toolset_name)
         if module_path is None:
-            raise ToolDefinitionError(
-                f"TASKDESK_TOOLSETS names {toolset_name!r}, which is not a registered toolset "
-                f"(known: {', '.join(sorted(TOOLSET_MODULES))})"
-            )
+            installed = _from_entry_point(toolset_name)
+            if installed is not None:
+                loaded.append(installed)
+                continue
+            # A dotted name that is neither registered nor installed is a module path.
+            if "." in toolset_name:
+                module_path = toolset_name
+            else:
+                raise ToolDefinitionError(
+                    f"TASKDESK_TOOLSETS names {toolset_name!r}, which is neither a built-in "
+                    f"toolset nor an installed one (available: {', '.join(available_toolsets())}; "
+                    f"a package offers one through the {ENTRY_POINT_GROUP!r} entry-point group)"
+                )
         module = importlib.import_module(module_path)
         toolset = getattr(module, "tools", None)
         if not isinstance(toolset, Toolset):

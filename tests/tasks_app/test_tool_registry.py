@@ -130,5 +130,8 @@ def test_declaration_mistakes_are_reported_to_the_tool_author() -> None:
 
 
 def test_an_unknown_toolset_names_the_known_ones() -> None:
-    with pytest.raises(ToolDefinitionError, match="'nope', which is not a registered toolset"):
+    with pytest.raises(
+        ToolDefinitionError,
+        match="'nope', which is neither a built-in toolset nor an installed one \\(available: conformance, demo",
+    ):
         load_toolsets(["nope"])

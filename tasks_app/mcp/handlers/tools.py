@@ -113,7 +113,7 @@ def _run_here(
 
     def body(ctx: SyncContext) -> dict[str, Any]:
         try:
-            value = tool.func(ctx, **tool.call_arguments(normalized))
+            value = tool.invoke(ctx, normalized)
         except Escalate:
             receipt = _accept(call, tool, arguments, journal=ctx.journal)
             return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))

@@ -12,11 +12,12 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: install run test lint fmt conformance bench clean-var
 
-$(STAMP): pyproject.toml constraints.txt clients/python/pyproject.toml
+$(STAMP): pyproject.toml constraints.txt clients/python/pyproject.toml examples/acme-tools/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Taskdesk needs Python 3.11 or newer on PATH" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' -e ./clients/python
+	$(BIN)/python -m pip install --quiet -c constraints.txt -e '.[dev]' -e ./clients/python \
+	    -e ./examples/acme-tools
 	@touch $(STAMP)
 
 install: $(STAMP)

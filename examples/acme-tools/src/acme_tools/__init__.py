@@ -1,0 +1,1 @@
+"""Acme's Taskdesk tools (an example package): see acme_tools.tools."""

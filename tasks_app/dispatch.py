@@ -60,6 +60,31 @@ def enqueue(task: Task, *, reason: str) -> Dispatch:
     return record
 
 
+RETRY_JOB = "dispatch_retry_job"
+
+
+def publish_later(task_id: str, *, seconds: float) -> None:
+    """Once the current transaction commits, ask a worker to dispatch TASK_ID's next leg in
+    SECONDS (a step waiting to be retried). If the broker fails or loses the message, the
+    sweeper dispatches the leg once it is due (``runtime.dispatch_due_retries``)."""
+
+    def send() -> None:
+        from config.celery import app
+
+        try:
+            app.send_task(
+                RETRY_JOB,
+                kwargs={"task_id": task_id},
+                countdown=seconds,
+                retry=True,
+                retry_policy=_FAST_RETRY,
+            )
+        except Exception as exc:  # the sweeper dispatches it when due
+            log.warning("retry of task %s not scheduled on the broker: %s", task_id, exc)
+
+    transaction.on_commit(send)
+
+
 def publish_on_commit(dispatch_id: int, task_id: str) -> None:
     """Publish record DISPATCH_ID when the current transaction commits (at once outside a
     transaction)."""

@@ -25,14 +25,23 @@ def run_task_job(task_id: str, dispatch_id: int | None = None) -> None:
         runtime.run_waiting_legs(seconds=settings.TASKDESK_WAITING_LEGS_SECONDS)
 
 
+@shared_task(name="dispatch_retry_job")
+def dispatch_retry_job(task_id: str) -> int:
+    """Dispatch the next leg of TASK_ID, whose step waited to be retried (sent with a
+    countdown by the leg that scheduled the retry)."""
+    from tasks_app import runtime
+
+    return runtime.dispatch_due_retries(task_id=task_id)
+
+
 @shared_task(name="sweep_job")
 def sweep_job() -> None:
-    """Publish dispatch records left unpublished (or published but never consumed) and
-    re-dispatch tasks whose lease expired."""
+    """Publish dispatch records left unpublished (or published but never consumed),
+    re-dispatch tasks whose lease expired, and dispatch retries that are due."""
     from tasks_app import dispatch, runtime
 
     sent = dispatch.publish_pending()
-    revived = runtime.redispatch_expired_leases()
+    revived = runtime.redispatch_expired_leases() + runtime.dispatch_due_retries()
     if sent or revived:
         log.info("sweep: published %s dispatch records, re-dispatched %s tasks", sent, revived)
 

@@ -13,7 +13,7 @@ import time
 from collections import Counter
 from typing import Any
 
-from tasks_app.tools import ProtocolError, ToolContext, ToolError, Toolset
+from tasks_app.tools import ProtocolError, Retry, ToolContext, ToolError, Toolset
 
 tools = Toolset("runtime_tests")
 
@@ -256,3 +256,21 @@ def escalating_effect(ctx: ToolContext) -> str:
         pass
     ctx.escalate()
     return "unreachable"
+
+
+@tools.tool(task="required")
+def flaky_fetch(ctx: ToolContext, log_path: str, fail: int = 1, wait: float = 3) -> str:
+    """A step that fails FAIL times with ConnectionError, retried after WAIT seconds; each
+    attempt appends its time to LOG_PATH (the worker tests count through the file)."""
+
+    def attempt() -> int:
+        with open(log_path, "a") as out:
+            out.write(f"{time.time()}\n")
+        with open(log_path) as done:
+            count = len(done.read().splitlines())
+        if count <= fail:
+            raise ConnectionError(f"attempt {count} failed")
+        return count
+
+    count = ctx.step("fetch", attempt, retry=Retry(attempts=3, backoff=2.0, max_delay=wait))
+    return f"fetched on attempt {count}"

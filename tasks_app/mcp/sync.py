@@ -25,7 +25,15 @@ import jsonschema
 
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.models import Client
-from tasks_app.tools import Answer, Cancelled, EffectHandle, ProtocolError, Question, ToolError
+from tasks_app.tools import (
+    Answer,
+    Cancelled,
+    EffectHandle,
+    ProtocolError,
+    Question,
+    Retry,
+    ToolError,
+)
 from tasks_app.tools.context import ToolContext
 
 T = TypeVar("T")
@@ -192,9 +200,19 @@ class SyncContext(ToolContext):
 
         return scope()
 
-    def step(self, name: str, fn: Callable[[], T]) -> T:
+    def step(self, name: str, fn: Callable[[], T], *, retry: Retry | None = None) -> T:
         self.check_cancelled()
-        value = fn()
+        attempt = 1
+        while True:
+            try:
+                value = fn()
+                break
+            except Exception as exc:
+                # A synchronous call cannot give its worker back: it waits in place.
+                if retry is None or attempt >= retry.attempts or not retry.retries(exc):
+                    raise
+                attempt += 1
+                self.sleep(retry.delay(attempt))
         if self.can_escalate:
             # The task this call may become replays from the top: it takes the value from
             # the journal instead of computing it again.

@@ -14,11 +14,13 @@ from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import NotReconcilable, downstream_key, reconcile_effect
 from tasks_app.runtime.leases import redispatch_expired_leases
 from tasks_app.runtime.legs import LegOutcome, run_leg, run_waiting_legs
+from tasks_app.runtime.retries import dispatch_due_retries
 
 __all__ = [
     "LegOutcome",
     "NotReconcilable",
     "TaskContext",
+    "dispatch_due_retries",
     "downstream_key",
     "reconcile_effect",
     "redispatch_expired_leases",

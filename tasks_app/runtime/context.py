@@ -29,14 +29,16 @@ import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
+from datetime import timedelta
 from functools import cached_property
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, NoReturn, TypeVar, cast
 
 from django.db import DatabaseError, transaction
+from django.utils import timezone
 
 from elicitations import transitions as elicitations
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
-from tasks_app import transitions
+from tasks_app import dispatch, transitions
 from tasks_app.models import (
     Actor,
     Client,
@@ -53,10 +55,12 @@ from tasks_app.runtime.errors import (
     LeaseLost,
     LegAborted,
     NotDeterministic,
+    RetryScheduled,
     Suspended,
     TimeLimitExceeded,
 )
-from tasks_app.tools import Answer, Cancelled, Question, ToolContext, ToolSpec
+from tasks_app.runtime.retries import ATTEMPTS, RETRY_AT
+from tasks_app.tools import Answer, Cancelled, Question, Retry, StepFailed, ToolContext, ToolSpec
 from tasks_app.tools.context import EffectHandle
 
 T = TypeVar("T")
@@ -70,6 +74,8 @@ CANCEL_POLL_SECONDS = 0.1
 # Progress is a status-message write; more often than this is noise nobody can read.
 PROGRESS_WRITE_SECONDS = 0.25
 NAME_MAX = 200
+# However many attempts a Retry asks for, a step runs at most this often.
+MAX_ATTEMPTS = 100
 
 ANSWER_ACTIONS: dict[str, Literal["accept", "decline", "cancel"]] = {
     RequestStatus.ANSWERED: "accept",
@@ -376,31 +382,102 @@ class TaskContext(ToolContext):
             compensate=compensate,
         )
 
-    def step(self, name: str, fn: Callable[[], T]) -> T:
+    def step(self, name: str, fn: Callable[[], T], *, retry: Retry | None = None) -> T:
         self.checkpoint()
         self.forbid_in_effect("ctx.step")
         start = self.cursor
         entry = self.next_entry(JournalKind.STEP, _check_name("step", name))
-        if entry is not None:
-            outcome = entry.outcome if isinstance(entry.outcome, dict) else {}
+        outcome = entry.outcome if entry is not None and isinstance(entry.outcome, dict) else {}
+        if entry is not None and "value" in outcome:
             return cast(T, outcome.get("value"))
+        if entry is not None and "failed" in outcome:
+            failed = outcome["failed"]
+            raise StepFailed(
+                f"ctx.step({name!r}) failed after {len(outcome.get(ATTEMPTS, []))} attempts: "
+                f"{failed['type']}: {failed['message']}",
+                step=name,
+                error_type=failed["type"],
+                attempts=len(outcome.get(ATTEMPTS, [])),
+            )
+        attempts: list[dict[str, Any]] = list(outcome.get(ATTEMPTS, []))
+        attempt = len(attempts) + 1
         try:
             value = _json_value(fn(), what=f"ctx.step({name!r})")
+        except Exception as exc:
+            if retry is None or (entry is None and not retry.retries(exc)):
+                # A step that raised is not recorded: a later leg runs it again.
+                self.cursor = start
+                raise
+            attempts.append(
+                {"attempt": attempt, "type": type(exc).__name__, "message": str(exc)[:2000]}
+            )
+            if retry.retries(exc) and attempt < min(retry.attempts, MAX_ATTEMPTS):
+                self._schedule_retry(entry, name, attempts, retry)
+            # Out of attempts (or not retryable after earlier attempts): recorded, so every
+            # later leg sees the same failure at this point; this leg sees the exception.
+            self._record_step(entry, name, {ATTEMPTS: attempts, "failed": attempts[-1]})
+            raise
         except BaseException:
-            # A step that raised is not recorded: a later leg runs it again.
             self.cursor = start
             raise
+        self._record_step(
+            entry, name, {"value": value, **({ATTEMPTS: attempts} if attempts else {})}
+        )
+        return cast(T, value)
+
+    def _record_step(self, entry: JournalEntry | None, name: str, outcome: dict[str, Any]) -> None:
+        """Write the step's outcome: a new journal entry, or the one of its earlier attempts."""
         with self.shielded(), transaction.atomic():
             task = self.owned_task()
-            recorded = JournalEntry.objects.create(
-                task=task,
-                seq=self.new_seq(),
-                kind=JournalKind.STEP,
-                name=name,
-                outcome={"value": value},
+            if entry is None:
+                recorded = JournalEntry.objects.create(
+                    task=task,
+                    seq=self.new_seq(),
+                    kind=JournalKind.STEP,
+                    name=name,
+                    outcome=outcome,
+                )
+                self.append(recorded)
+            else:
+                JournalEntry.objects.filter(pk=entry.pk).update(outcome=outcome)
+                entry.outcome = outcome
+
+    def _schedule_retry(
+        self,
+        entry: JournalEntry | None,
+        name: str,
+        attempts: list[dict[str, Any]],
+        retry: Retry,
+    ) -> NoReturn:
+        """Journal the failed attempt, say when the next one runs, give the worker back, and
+        schedule the leg that runs it (see ``runtime.retries``)."""
+        attempt = len(attempts) + 1
+        delay = retry.delay(attempt)
+        retry_at = timezone.now() + timedelta(seconds=delay)
+        total = min(retry.attempts, MAX_ATTEMPTS)
+        message = f"retrying {name} (attempt {attempt} of {total}) in {delay:g} s"
+        with self.shielded(), transaction.atomic():
+            self._record_step(entry, name, {ATTEMPTS: attempts, RETRY_AT: retry_at.isoformat()})
+            task = self.owned_task()
+            if task.cancel_requested_at is not None:
+                raise Cancelled(f"cancellation of task {self.task_id} was requested")
+            transitions.set_status_message(task_id=task.pk, message=message)
+            leases.release(task.pk, self.owner)
+            event(
+                task,
+                EventKind.LEG_SUSPENDED,
+                actor_type=Actor.WORKER,
+                actor=self.owner,
+                leg=self.leg,
+                retry=name,
+                attempt=attempt,
+                of=total,
+                error=f"{attempts[-1]['type']}: {attempts[-1]['message']}"[:500],
+                delay_seconds=delay,
             )
-        self.append(recorded)
-        return cast(T, value)
+            dispatch.publish_later(task.pk, seconds=delay)
+        log.info("step retry task=%s leg=%s %s", self.task_id, self.leg, message)
+        raise RetryScheduled(message)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:
         self.checkpoint()

@@ -18,6 +18,7 @@ __all__ = [
     "LegAborted",
     "LegInterrupt",
     "NotDeterministic",
+    "RetryScheduled",
     "Suspended",
     "TimeLimitExceeded",
 ]
@@ -30,6 +31,11 @@ class LegInterrupt(BaseException):
 class Suspended(LegInterrupt):
     """The leg asked questions that have no answer yet. The requests, the task's new status
     and the released lease are already committed when this is raised."""
+
+
+class RetryScheduled(LegInterrupt):
+    """A step failed and will be retried: the failed attempt, the status message and the
+    released lease are committed, and the next leg is scheduled for when the wait is over."""
 
 
 class AwaitingReconciliation(LegInterrupt):

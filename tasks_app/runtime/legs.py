@@ -41,6 +41,7 @@ from tasks_app.runtime.errors import (
     LeaseLost,
     LegAborted,
     NotDeterministic,
+    RetryScheduled,
     Suspended,
     TimeLimitExceeded,
 )
@@ -57,6 +58,7 @@ class LegOutcome(enum.StrEnum):
     FAILED = "failed"
     CANCELLED = "cancelled"
     SUSPENDED = "suspended"  # waiting for answers
+    RETRYING = "retrying"  # a step failed; its next attempt's leg is scheduled
     AWAITING_OPERATOR = "awaiting_operator"  # an unknown effect needs reconciling
     LEASE_LOST = "lease_lost"  # replaced by another leg; wrote nothing more
     ABORTED = "aborted"  # the runtime's bookkeeping failed; the sweeper re-runs it
@@ -141,6 +143,8 @@ def _run(ctx: TaskContext) -> LegOutcome:
         return _end(ctx.task_id, ctx.owner, ending)
     except Suspended:
         return LegOutcome.SUSPENDED
+    except RetryScheduled:
+        return LegOutcome.RETRYING
     except AwaitingReconciliation:
         return LegOutcome.AWAITING_OPERATOR
     except LeaseLost as exc:
@@ -163,7 +167,7 @@ def _undo(ctx: TaskContext) -> LegOutcome:
             compensate_all(ctx, reason=Status.CANCELLED)
         else:
             error = f"the replay ended {ending.outcome} before reaching the cancellation"
-    except (Suspended, AwaitingReconciliation) as exc:
+    except (Suspended, AwaitingReconciliation, RetryScheduled) as exc:
         error = f"the replay stopped at {type(exc).__name__}"
     except LeaseLost as exc:
         log.warning("undo leg stopped task=%s leg=%s: %s", ctx.task_id, ctx.leg, exc)

@@ -38,7 +38,17 @@ from tasks_app.clients import client_get_or_create
 from tasks_app.models import Actor, Client, Dispatch, Effect, JournalEntry, Task
 from tasks_app.operators import grant_role
 from tasks_app.runtime import LegOutcome
-from tasks_app.tools import Answer, EffectHandle, Question, ToolContext, Toolset, ToolSpec, get_tool
+from tasks_app.runtime.retries import retry_due_at
+from tasks_app.tools import (
+    Answer,
+    EffectHandle,
+    Question,
+    Retry,
+    ToolContext,
+    Toolset,
+    ToolSpec,
+    get_tool,
+)
 from tasks_app.tools.aio import AsyncToolContext
 from tasks_app.tools.registry import serving
 
@@ -122,6 +132,7 @@ class FakeClock:
     def __init__(self, start: datetime | None = None) -> None:
         self.now = start or timezone.now()
         self.slept: list[float] = []
+        self.retried: list[float] = []  # the waits before retries of steps, in seconds
 
     def advance(self, by: timedelta | float) -> datetime:
         self.now += by if isinstance(by, timedelta) else timedelta(seconds=by)
@@ -270,6 +281,15 @@ class ToolRunner:
             finally:
                 kills = [k for k in kills if k not in probe.fired]
             run.legs.append(outcome)
+            if outcome == LegOutcome.RETRYING:
+                # The wait passes on the fake clock; then the retry's leg is dispatched.
+                due = retry_due_at(run.task.pk)
+                assert due is not None, f"task {run.task.pk} retries no step"
+                wait = max(0.0, (due - timezone.now()).total_seconds())
+                self.clock.retried.append(round(wait))
+                self.clock.advance(wait)
+                runtime.dispatch_due_retries(task_id=run.task.pk, now=due)
+                continue
             if outcome in ENDED or outcome == LegOutcome.AWAITING_OPERATOR:
                 return run.refresh()
             if outcome == LegOutcome.SUSPENDED and not self._answer_scripted(run, scripted):
@@ -424,17 +444,17 @@ class _ProbedContext(ToolContext):
             self._probe.die(after)
         return answers
 
-    def step(self, name: str, fn: Callable[[], T]) -> T:
+    def step(self, name: str, fn: Callable[[], T], *, retry: Retry | None = None) -> T:
         _, after = self._enter(name)
         if after is None:
-            return self._inner.step(name, fn)
+            return self._inner.step(name, fn, retry=retry)
 
         def then_die() -> T:
             fn()
             self._probe.die(after)
             raise AssertionError("unreachable")
 
-        return self._inner.step(name, then_die)
+        return self._inner.step(name, then_die, retry=retry)
 
     def effect(
         self,

@@ -17,6 +17,8 @@ from tasks_app.tools.context import (
     EffectHandle,
     ProtocolError,
     Question,
+    Retry,
+    StepFailed,
     ToolContext,
     ToolError,
 )
@@ -44,6 +46,8 @@ __all__ = [
     "Question",
     "Resource",
     "ResourceTemplate",
+    "Retry",
+    "StepFailed",
     "ToolContext",
     "ToolDefinitionError",
     "ToolError",

@@ -24,7 +24,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
-from tasks_app.tools.context import Answer, EffectHandle, Question, ToolContext
+from tasks_app.tools.context import Answer, EffectHandle, Question, Retry, ToolContext
 
 T = TypeVar("T")
 
@@ -180,7 +180,13 @@ class AsyncToolContext:
     async def ask_many(self, questions: dict[str, Question]) -> dict[str, Answer]:
         return await self._bridge.call(self.sync.ask_many, questions)
 
-    async def step(self, name: str, fn: Callable[[], T] | Callable[[], Awaitable[T]]) -> T:
+    async def step(
+        self,
+        name: str,
+        fn: Callable[[], T] | Callable[[], Awaitable[T]],
+        *,
+        retry: Retry | None = None,
+    ) -> T:
         bridge = self._bridge
         if inspect.iscoroutinefunction(fn):
             run_async = fn
@@ -188,8 +194,8 @@ class AsyncToolContext:
             def on_the_leg_thread() -> Any:
                 return bridge.wait_here(run_async())
 
-            return await bridge.call(self.sync.step, name, on_the_leg_thread)
-        return await bridge.call(self.sync.step, name, fn)
+            return await bridge.call(self.sync.step, name, on_the_leg_thread, retry=retry)
+        return await bridge.call(self.sync.step, name, fn, retry=retry)
 
     def effect(
         self,

@@ -62,6 +62,36 @@ class EffectHandle(abc.ABC):
         """Attach JSON details (an external id, a path, a checksum) to the effect's outcome."""
 
 
+@dataclass(frozen=True)
+class Retry:
+    """How ``ctx.step`` retries its function when it raises one of ON: up to ATTEMPTS runs in
+    all, attempt n waiting ``min(max_delay, backoff ** n)`` seconds after the one before it
+    (attempt 2 after 4 s with the default backoff of 2.0, then 8 s, 16 s, ...). Inside a task
+    each wait ends the leg and schedules the next one, so the worker is free meanwhile."""
+
+    attempts: int = 3
+    backoff: float = 2.0
+    max_delay: float = 60.0
+    on: tuple[type[BaseException], ...] = (TimeoutError, ConnectionError)
+
+    def __post_init__(self) -> None:
+        if self.attempts < 1:
+            raise ValueError("Retry needs attempts >= 1")
+        if self.backoff < 1 or self.max_delay < 0:
+            raise ValueError("Retry needs backoff >= 1 and max_delay >= 0")
+        if not self.on or not all(
+            isinstance(kind, type) and issubclass(kind, BaseException) for kind in self.on
+        ):
+            raise ValueError("Retry(on=...) needs a tuple of exception classes")
+
+    def delay(self, attempt: int) -> float:
+        """Seconds to wait before attempt ATTEMPT (2 is the first retry)."""
+        return float(min(self.max_delay, self.backoff**attempt))
+
+    def retries(self, exc: BaseException) -> bool:
+        return isinstance(exc, self.on)
+
+
 class ToolError(Exception):
     """Raise from a tool to end the call with ``isError: true`` and this message."""
 
@@ -92,6 +122,17 @@ class EffectFailed(ToolError):
         super().__init__(message)
         self.effect = effect
         self.error_type = error_type
+
+
+class StepFailed(ToolError):
+    """``ctx.step(NAME, fn, retry=...)`` ran out of attempts on an earlier leg. (On the leg
+    where the last attempt failed, the tool sees that attempt's own exception.)"""
+
+    def __init__(self, message: str, *, step: str, error_type: str, attempts: int) -> None:
+        super().__init__(message)
+        self.step = step
+        self.error_type = error_type
+        self.attempts = attempts
 
 
 class ToolContext(abc.ABC):
@@ -169,8 +210,9 @@ class ToolContext(abc.ABC):
         """Wrap one external side effect; it runs at most once per task."""
 
     @abc.abstractmethod
-    def step(self, name: str, fn: Callable[[], T]) -> T:
-        """Run FN once per task and memoize its (JSON) result."""
+    def step(self, name: str, fn: Callable[[], T], *, retry: Retry | None = None) -> T:
+        """Run FN once per task and memoize its (JSON) result; with RETRY, run it again when
+        it raises one of ``retry.on`` (each failed attempt is journaled)."""
 
     @abc.abstractmethod
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:

@@ -183,6 +183,7 @@ class SyncContext(ToolContext):
         target: str = "",
         verify: Callable[[str], bool] | None = None,
         compensate: Callable[[str], None] | None = None,
+        retry: Retry | None = None,  # a with block runs once: not applied on this path
     ) -> AbstractContextManager[EffectHandle]:
         if self.can_escalate:
             # Nothing before ctx.escalate() is in the task's ledger, and the task replays the

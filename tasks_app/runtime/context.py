@@ -373,6 +373,7 @@ class TaskContext(ToolContext):
         target: str = "",
         verify: Callable[[str], bool] | None = None,
         compensate: Callable[[str], None] | None = None,
+        retry: Retry | None = None,
     ) -> AbstractContextManager[EffectHandle]:
         return EffectScope(
             self,
@@ -380,6 +381,7 @@ class TaskContext(ToolContext):
             target=str(target)[:500],
             verify=verify,
             compensate=compensate,
+            retry=retry,
         )
 
     def step(self, name: str, fn: Callable[[], T], *, retry: Retry | None = None) -> T:
@@ -449,7 +451,23 @@ class TaskContext(ToolContext):
         attempts: list[dict[str, Any]],
         retry: Retry,
     ) -> NoReturn:
-        """Journal the failed attempt, say when the next one runs, give the worker back, and
+        """Journal the step's failed attempt and end the leg until the next one is due."""
+
+        def record(retry_at: str) -> None:
+            self._record_step(entry, name, {ATTEMPTS: attempts, RETRY_AT: retry_at})
+
+        self.suspend_for_retry(name=name, attempts=attempts, retry=retry, record=record)
+
+    def suspend_for_retry(
+        self,
+        *,
+        name: str,
+        attempts: list[dict[str, Any]],
+        retry: Retry,
+        record: Callable[[str], None],
+    ) -> NoReturn:
+        """A step's or an effect's body failed and will run again: RECORD the failed ATTEMPTS
+        (given when the next attempt is due), say when it runs, give the worker back, and
         schedule the leg that runs it (see ``runtime.retries``)."""
         attempt = len(attempts) + 1
         delay = retry.delay(attempt)
@@ -457,7 +475,7 @@ class TaskContext(ToolContext):
         total = min(retry.attempts, MAX_ATTEMPTS)
         message = f"retrying {name} (attempt {attempt} of {total}) in {delay:g} s"
         with self.shielded(), transaction.atomic():
-            self._record_step(entry, name, {ATTEMPTS: attempts, RETRY_AT: retry_at.isoformat()})
+            record(retry_at.isoformat())
             task = self.owned_task()
             if task.cancel_requested_at is not None:
                 raise Cancelled(f"cancellation of task {self.task_id} was requested")
@@ -476,7 +494,7 @@ class TaskContext(ToolContext):
                 delay_seconds=delay,
             )
             dispatch.publish_later(task.pk, seconds=delay)
-        log.info("step retry task=%s leg=%s %s", self.task_id, self.leg, message)
+        log.info("retry task=%s leg=%s %s", self.task_id, self.leg, message)
         raise RetryScheduled(message)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:

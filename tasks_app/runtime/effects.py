@@ -43,7 +43,8 @@ from tasks_app.runtime.errors import (
     LegInterrupt,
     TimeLimitExceeded,
 )
-from tasks_app.tools import Cancelled, EffectFailed, EffectHandle
+from tasks_app.runtime.retries import ATTEMPTS, RETRY_AT
+from tasks_app.tools import Cancelled, EffectFailed, EffectHandle, Retry
 
 
 class Leg(Protocol):
@@ -58,6 +59,15 @@ class Leg(Protocol):
     def shielded(self) -> AbstractContextManager[None]: ...
 
     def owned_task(self) -> Task: ...
+
+    def suspend_for_retry(
+        self,
+        *,
+        name: str,
+        attempts: list[dict[str, Any]],
+        retry: Retry,
+        record: Callable[[str], None],
+    ) -> NoReturn: ...
 
     def checkpoint(self, *, fresh: bool = False) -> None: ...
 
@@ -97,12 +107,15 @@ class EffectScope(EffectHandle):
         target: str,
         verify: Callable[[str], bool] | None,
         compensate: Callable[[str], None] | None,
+        retry: Retry | None = None,
     ) -> None:
         self.ctx = ctx
         self.name = name
         self.target = target
         self.verify = verify
         self.compensate = compensate
+        self.retry = retry
+        self.entry: JournalEntry | None = None
         self.key = ""
         self.done = False
         self.detail: dict[str, Any] = {}
@@ -121,10 +134,14 @@ class EffectScope(EffectHandle):
         if entry is None:
             self._intend()
         else:
+            self.entry = entry
             with ctx.shielded():
                 self.row = Effect.objects.get(task_id=ctx.task_id, seq=entry.seq)
             self.key = self.row.downstream_key
-            self._resume()
+            if self._retry_due():
+                pass  # the body runs again, with the same key
+            else:
+                self._resume()
         if self.done:
             self.detail = dict(self.row.detail if self.row else {})
             self._register_compensation()
@@ -153,7 +170,26 @@ class EffectScope(EffectHandle):
             )
             self._event(task, EventKind.EFFECT_INTENDED, target=self.target)
         ctx.append(entry)
+        self.entry = entry
         self.key = key
+
+    def _journal_outcome(self) -> dict[str, Any]:
+        outcome = self.entry.outcome if self.entry is not None else None
+        return dict(outcome) if isinstance(outcome, dict) else {}
+
+    def _retry_due(self) -> bool:
+        """True when an earlier leg's body failed with an error its Retry names and this leg
+        runs it again: the effect stays intended, the retry is no longer pending. With a
+        verify hook, the hook first says whether the failed attempt happened after all."""
+        assert self.row is not None and self.entry is not None
+        outcome = self._journal_outcome()
+        if RETRY_AT not in outcome or self.row.state != EffectState.INTENDED:
+            return False
+        outcome.pop(RETRY_AT)
+        with self.ctx.shielded():
+            JournalEntry.objects.filter(pk=self.entry.pk).update(outcome=outcome)
+        self.entry.outcome = outcome
+        return self.verify is None
 
     def _resume(self) -> None:
         assert self.row is not None
@@ -272,6 +308,7 @@ class EffectScope(EffectHandle):
             return False
         if not isinstance(exc, Exception):
             return False  # the process is going down: the next leg finds it intended
+        self._maybe_retry(exc)
         message = str(exc) if isinstance(exc, EffectFailed) else f"{type(exc).__name__}: {exc}"
         error_type = exc.error_type if isinstance(exc, EffectFailed) else type(exc).__name__
         self._settle(
@@ -281,6 +318,35 @@ class EffectScope(EffectHandle):
             detail={"error": {"type": error_type, "message": message}},
         )
         raise EffectFailed(message, effect=self.name, error_type=error_type) from exc
+
+    def _maybe_retry(self, exc: Exception) -> None:
+        """The body raised EXC: when the effect's Retry names it and attempts are left, the
+        effect stays intended, the failed attempt is journaled and the leg ends until the
+        next attempt is due (RetryScheduled). Otherwise return: the effect fails."""
+        retry = self.retry
+        if retry is None or not retry.retries(exc) or self.entry is None:
+            return
+        attempts = list(self._journal_outcome().get(ATTEMPTS, []))
+        attempts.append(
+            {"attempt": len(attempts) + 1, "type": type(exc).__name__, "message": str(exc)[:2000]}
+        )
+        if len(attempts) >= retry.attempts:
+            return
+        entry = self.entry
+
+        def record(retry_at: str) -> None:
+            outcome = {**self._journal_outcome(), ATTEMPTS: attempts, RETRY_AT: retry_at}
+            JournalEntry.objects.filter(pk=entry.pk).update(outcome=outcome)
+            entry.outcome = outcome
+            assert self.row is not None
+            self._event(
+                Task(pk=self.row.task_id),
+                EventKind.EFFECT_RETRIED,
+                state=EffectState.INTENDED,
+                reason=f"attempt {len(attempts)} failed: {type(exc).__name__}: {exc}"[:500],
+            )
+
+        self.ctx.suspend_for_retry(name=self.name, attempts=attempts, retry=retry, record=record)
 
     # --- bookkeeping -----------------------------------------------------------------------
 

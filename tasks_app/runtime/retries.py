@@ -1,4 +1,4 @@
-"""Steps waiting to be retried: their next legs are dispatched when the wait is over.
+"""Steps and effect bodies waiting to be retried: their next legs are dispatched when the wait is over.
 
 A step whose attempt failed with a retryable error keeps a journal entry whose outcome holds
 the failed attempts and ``retry_at`` (see ``context.TaskContext.step``); its leg ended and
@@ -30,9 +30,7 @@ def _retry_at(entry: JournalEntry) -> datetime:
 
 def retry_due_at(task_id: str) -> datetime | None:
     """When the step TASK_ID waits to retry runs again (None if none waits)."""
-    entry = JournalEntry.objects.filter(
-        task_id=task_id, kind=JournalKind.STEP, outcome__has_key=RETRY_AT
-    ).first()
+    entry = JournalEntry.objects.filter(task_id=task_id, outcome__has_key=RETRY_AT).first()
     return _retry_at(entry) if entry is not None else None
 
 
@@ -42,7 +40,9 @@ def dispatch_due_retries(*, task_id: str | None = None, now: datetime | None = N
     Return how many legs were dispatched."""
     now = now or timezone.now()
     waiting = JournalEntry.objects.filter(
-        kind=JournalKind.STEP, outcome__has_key=RETRY_AT, task__status=Status.WORKING
+        kind__in=(JournalKind.STEP, JournalKind.EFFECT),
+        outcome__has_key=RETRY_AT,
+        task__status=Status.WORKING,
     )
     if task_id is not None:
         waiting = waiting.filter(task_id=task_id)

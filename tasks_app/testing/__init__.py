@@ -463,9 +463,12 @@ class _ProbedContext(ToolContext):
         target: str = "",
         verify: Callable[[str], bool] | None = None,
         compensate: Callable[[str], None] | None = None,
+        retry: Retry | None = None,
     ) -> AbstractContextManager[EffectHandle]:
         _, after = self._enter(name)
-        scope = self._inner.effect(name, target=target, verify=verify, compensate=compensate)
+        scope = self._inner.effect(
+            name, target=target, verify=verify, compensate=compensate, retry=retry
+        )
         return scope if after is None else _DyingScope(scope, self._probe, after)
 
     def progress(self, done: float, total: float | None = None, message: str | None = None) -> None:

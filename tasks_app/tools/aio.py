@@ -204,6 +204,7 @@ class AsyncToolContext:
         target: str = "",
         verify: Callable[[str], bool] | Callable[[str], Awaitable[bool]] | None = None,
         compensate: Callable[[str], None] | Callable[[str], Awaitable[None]] | None = None,
+        retry: Retry | None = None,
     ) -> AsyncEffect:
         bridge = self._bridge
 
@@ -220,6 +221,7 @@ class AsyncToolContext:
                 target=target,
                 verify=on_the_leg_thread(verify),
                 compensate=on_the_leg_thread(compensate),
+                retry=retry,
             )
 
         return AsyncEffect(self._bridge, make)

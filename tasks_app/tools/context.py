@@ -206,8 +206,10 @@ class ToolContext(abc.ABC):
         target: str = "",
         verify: Callable[[str], bool] | None = None,
         compensate: Callable[[str], None] | None = None,
+        retry: Retry | None = None,
     ) -> AbstractContextManager[EffectHandle]:
-        """Wrap one external side effect; it runs at most once per task."""
+        """Wrap one external side effect; it runs at most once per task. With RETRY, a body
+        that raises one of ``retry.on`` runs again later with the same key."""
 
     @abc.abstractmethod
     def step(self, name: str, fn: Callable[[], T], *, retry: Retry | None = None) -> T:

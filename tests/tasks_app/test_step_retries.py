@@ -1,5 +1,6 @@
-"""ctx.step(..., retry=Retry(...)): each failed attempt is journaled, the leg ends and gives
-the worker back while it waits, and the tool sees the exception once the attempts run out."""
+"""ctx.step(..., retry=Retry(...)) and ctx.effect(..., retry=...): each failed attempt is
+journaled, the leg ends and gives the worker back while it waits, and the tool sees the
+exception once the attempts run out."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from tasks_app import runtime
 from tasks_app.models import Dispatch, JournalEntry
 from tasks_app.runtime import LegOutcome
 from tasks_app.testing import Kill, ToolRunner, leg, submit
-from tasks_app.tools import Retry, StepFailed, ToolContext, Toolset
+from tasks_app.tools import EffectFailed, Retry, StepFailed, ToolContext, Toolset
 from tasks_app.tools.registry import serving
 
 tools = Toolset("retry_tests")
@@ -107,3 +108,50 @@ def test_a_retry_is_checked_when_it_is_declared() -> None:
     with pytest.raises(ValueError, match="exception classes"):
         Retry(on=("TimeoutError",))  # type: ignore[arg-type]
     assert [Retry(max_delay=10).delay(n) for n in (2, 3, 4)] == [4.0, 8.0, 10.0]
+
+
+SENT: list[str] = []
+
+
+@tools.tool(task="required")
+def send(ctx: ToolContext, fail: int = 0, verify: bool = False) -> str:
+    """An effect whose body fails FAIL times before the message goes out."""
+    FAILURES["send"] = fail
+    retry = Retry(attempts=3, backoff=2.0, on=(TimeoutError,))
+    try:
+        with ctx.effect(
+            "send", verify=(lambda key: key in SENT) if verify else None, retry=retry
+        ) as fx:
+            if not fx.done:
+                flaky("send", TimeoutError)
+                SENT.append(fx.key)
+                fx.record(sent=True)
+    except EffectFailed as exc:
+        return f"not sent: {exc}"
+    return f"sent after {CALLS['send']} calls"
+
+
+@pytest.fixture(autouse=True)
+def _outbox() -> None:
+    SENT.clear()
+
+
+def test_an_effect_body_is_retried_with_the_same_key(taskdesk: ToolRunner) -> None:
+    run = taskdesk.run(send, {"fail": 2})
+    assert run.text == "sent after 3 calls"
+    assert run.legs == [LegOutcome.RETRYING, LegOutcome.RETRYING, LegOutcome.COMPLETED]
+    assert [(e.state, e.detail) for e in run.effects] == [("confirmed", {"sent": True})]
+    assert len(SENT) == 1 and SENT[0] == run.effects[0].key
+    assert run.events.count("effect_retried") == 2 and "effect_unknown" not in run.events
+
+
+def test_a_retried_effect_with_a_verify_hook_asks_it_first(taskdesk: ToolRunner) -> None:
+    run = taskdesk.run(send, {"fail": 1, "verify": True})
+    assert run.text == "sent after 2 calls"
+    assert "effect_unknown" in run.events  # the hook said the failed attempt did not happen
+
+
+def test_an_effect_that_runs_out_of_attempts_fails(taskdesk: ToolRunner) -> None:
+    run = taskdesk.run(send, {"fail": 9})
+    assert run.text == "not sent: TimeoutError: send unreachable (call 3)"
+    assert CALLS["send"] == 3 and [e.state for e in run.effects] == ["failed"]

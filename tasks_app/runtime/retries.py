@@ -4,12 +4,13 @@ A step whose attempt failed with a retryable error keeps a journal entry whose o
 the failed attempts and ``retry_at`` (see ``context.TaskContext.step``); its leg ended and
 released the lease, so the worker runs other tasks meanwhile. The leg that scheduled the
 retry also sent a countdown message (``dispatch.publish_later``); whichever comes first, that
-message or the sweeper, dispatches the next leg here once ``retry_at`` has passed.
+message or the sweeper, dispatches the next leg here once ``retry_at`` has passed (a message
+that arrives early, on a host whose clock is ahead, dispatches nothing: the sweeper will).
 """
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import transaction
 from django.utils import timezone
@@ -19,8 +20,6 @@ from tasks_app.models import Dispatch, JournalEntry, JournalKind, Status, Task
 
 RETRY_AT = "retry_at"
 ATTEMPTS = "attempts"
-# A countdown message may arrive a little before its time on another host's clock.
-EARLY_SECONDS = 1.0
 
 
 def _retry_at(entry: JournalEntry) -> datetime:
@@ -49,7 +48,7 @@ def dispatch_due_retries(*, task_id: str | None = None, now: datetime | None = N
     due = {
         entry.task_id
         for entry in waiting.only("task_id", "outcome")
-        if _retry_at(entry) <= now + timedelta(seconds=EARLY_SECONDS)
+        if _retry_at(entry) <= now
     }
     dispatched = 0
     for due_task in sorted(due):

@@ -45,11 +45,7 @@ def dispatch_due_retries(*, task_id: str | None = None, now: datetime | None = N
     )
     if task_id is not None:
         waiting = waiting.filter(task_id=task_id)
-    due = {
-        entry.task_id
-        for entry in waiting.only("task_id", "outcome")
-        if _retry_at(entry) <= now
-    }
+    due = {entry.task_id for entry in waiting.only("task_id", "outcome") if _retry_at(entry) <= now}
     dispatched = 0
     for due_task in sorted(due):
         with transaction.atomic():

@@ -185,6 +185,14 @@ class EffectScope(EffectHandle):
         outcome = self._journal_outcome()
         if RETRY_AT not in outcome or self.row.state != EffectState.INTENDED:
             return False
+        with self.ctx.shielded():
+            cancelled = Task.objects.filter(
+                pk=self.row.task_id, cancel_requested_at__isnull=False
+            ).exists()
+        if cancelled:
+            # Cancelled while it waited: the body does not run again (a leg that undoes the
+            # task's effects replays up to here, and this one never happened).
+            raise Cancelled(f"cancellation of task {self.ctx.task_id} was requested")
         outcome.pop(RETRY_AT)
         with self.ctx.shielded():
             JournalEntry.objects.filter(pk=self.entry.pk).update(outcome=outcome)

@@ -155,3 +155,31 @@ def test_an_effect_that_runs_out_of_attempts_fails(taskdesk: ToolRunner) -> None
     run = taskdesk.run(send, {"fail": 9})
     assert run.text == "not sent: TimeoutError: send unreachable (call 3)"
     assert CALLS["send"] == 3 and [e.state for e in run.effects] == ["failed"]
+
+
+@tools.tool(task="required")
+def reserve_then_send(ctx: ToolContext) -> str:
+    """A compensable effect, then an effect body that keeps failing."""
+    with ctx.effect("reserve", compensate=lambda key: SENT.append(f"undo {key}")) as fx:
+        if not fx.done:
+            SENT.append("reserved")
+    with ctx.effect("send", retry=Retry(attempts=3, on=(TimeoutError,))) as fx:
+        if not fx.done:
+            CALLS["send"] += 1
+            raise TimeoutError("no answer")
+    return "sent"
+
+
+def test_a_task_cancelled_while_it_waits_to_retry_stops_at_once_and_undoes(alice) -> None:
+    from tasks_app import transitions
+    from tasks_app.models import Actor
+
+    with serving(tools):
+        task = submit(alice, "reserve_then_send")
+        assert leg(task) == LegOutcome.RETRYING and CALLS["send"] == 1
+        transitions.request_cancel(task_id=task.pk, actor_type=Actor.CLIENT, actor="alice")
+        task.refresh_from_db()
+        assert task.status == "cancelled"  # nothing was running: at once
+        assert leg(task) == LegOutcome.UNDONE  # the undo leg replays the journal...
+    assert CALLS["send"] == 1  # ...without sending again
+    assert SENT[0] == "reserved" and SENT[1].startswith("undo ")

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+from typing import Any
 
 from celery import Celery
+from celery.signals import worker_process_init
 from kombu.transport import TRANSPORT_ALIASES
 
 # "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
@@ -15,3 +17,19 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("taskdesk")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+# For the fault tests only: TASKDESK_TEST_CLOCK_SKEW_SECONDS makes every pool process of a
+# worker run with its clock that many seconds off (time-machine, a development dependency),
+# to show that leases never depend on a worker's clock. Never set it in production.
+@worker_process_init.connect
+def _skew_clock_for_tests(**kwargs: Any) -> None:
+    skew = os.environ.get("TASKDESK_TEST_CLOCK_SKEW_SECONDS")
+    if not skew:
+        return
+    import datetime
+
+    import time_machine
+
+    now = datetime.datetime.now(datetime.UTC)
+    time_machine.travel(now + datetime.timedelta(seconds=float(skew)), tick=True).start()

@@ -21,6 +21,15 @@ Who writes what here:
 - The lease columns (``lease_owner``, ``lease_expires_at``, ``leg``): this module is their
   only writer (``claim``, ``claim_next``, ``renew``, ``release``, ``expire_lease`` and the
   end of a leg, which clears the lease in the statement that ends the task).
+
+Leases are fenced and kept on the database's clock. A claim sets ``lease_expires_at`` to the
+database's time plus the lease length and bumps ``leg``, the lease generation: the leg's
+fencing token. Every comparison with a lease expiry (claimable, renewal, expiry, a leg's
+writes) is made against the database's clock in SQL (``statement_timestamp()`` on
+PostgreSQL, SQLite's own ``strftime('now')``), never a worker's, so a worker whose clock is
+wrong cannot take or keep a lease it should not. ``holds`` is the fence every write of a leg
+checks in its statement or transaction: the lease is still (owner, generation) and not
+expired by the database's clock.
 - ``TaskEvent`` rows written inside these statements go through ``_EVENT_INSERT``, built once.
 - Pending questions are closed through ``tasks_app.seams`` (the elicitations app owns them).
 """
@@ -28,15 +37,17 @@ Who writes what here:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from functools import cache, cached_property
 from typing import Any
 
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field
+from django.db.models import Field, Q
 from django.db.models.expressions import Col
+from django.db.models.functions import Now
+from django.utils.dateparse import parse_datetime
 from psycopg.types.json import Jsonb
 
 from tasks_app import seams
@@ -131,6 +142,23 @@ def fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     return row
 
 
+def holds(*, task_id: str, owner: str, leg: int) -> Q:
+    """The fence: the task's lease is still OWNER's, of generation LEG, and not expired by
+    the database's clock. A leg's writes filter (or lock) the task row with it, in the same
+    statement or transaction as the write."""
+    return Q(pk=task_id, lease_owner=owner, leg=leg, lease_expires_at__gt=Now())
+
+
+def _as_datetime(value: Any) -> datetime | None:
+    """A lease expiry as a driver returns it (SQLite: naive, or text, in UTC) as an aware
+    datetime."""
+    if value is None:
+        return None
+    parsed = value if isinstance(value, datetime) else parse_datetime(str(value))
+    assert parsed is not None, value
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
 # --- what the operations return -------------------------------------------------------------
 
 
@@ -167,6 +195,7 @@ class Ending:
     status: Status
     kind: EventKind
     owner: str
+    leg: int
     actor: str
     fields: dict[str, Any]
     detail: dict[str, Any]
@@ -197,8 +226,26 @@ class Portable:
             "effect": self.q(Effect._meta.db_table),
         }
 
-    # Working and not leased by a live leg; or cancelled while nothing ran, with effects to
-    # undo (such a leg replays the journal to find their compensate hooks, then undoes them).
+    # The database's clock in SQL (with Django's placeholders: ``%%`` is a percent sign),
+    # and that clock plus a number of seconds given as the parameter ``_later_param`` makes.
+    @property
+    def _db_now(self) -> str:
+        if self.db.vendor == "sqlite":
+            return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now')"
+        return "CURRENT_TIMESTAMP"
+
+    @property
+    def _db_later(self) -> str:
+        if self.db.vendor == "sqlite":
+            return "strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', %s)"
+        return "(CURRENT_TIMESTAMP + %s * INTERVAL '1 second')"
+
+    def _later_param(self, seconds: float) -> Any:
+        return f"{seconds:+f} seconds" if self.db.vendor == "sqlite" else seconds
+
+    # Working and not leased by a live leg (by the database's clock); or cancelled while
+    # nothing ran, with effects to undo (such a leg replays the journal to find their
+    # compensate hooks, then undoes them).
     @cached_property
     def _claimable(self) -> str:
         t = self._tables
@@ -215,7 +262,7 @@ class Portable:
         return (
             "tool_name, arguments, leg, client_id, "
             f"EXISTS (SELECT 1 FROM {t['journal']} j WHERE j.task_id = {t['task']}.id) "
-            "AS has_journal, status"
+            "AS has_journal, status, lease_expires_at"
         )
 
     @cached_property
@@ -280,16 +327,17 @@ class Portable:
 
     def claim(
         self, *, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
-        expires: datetime,
+        lease_seconds: float,
     ) -> Claim | None:  # fmt: skip
         """Consume dispatch record DISPATCH_ID (a second delivery finds it consumed and gets
-        None) and take TASK_ID's lease for a new leg, writing ``leg_started``. None when the
-        record was consumed already or the task is not claimable."""
+        None) and take TASK_ID's lease for a new leg, until the database's time plus
+        LEASE_SECONDS, writing ``leg_started``. None when the record was consumed already or
+        the task is not claimable. NOW (the worker's time) only stamps the rows."""
         with transaction.atomic(), self.db.cursor() as cursor:
-            return self._claim(cursor, task_id, dispatch_id, owner, now, expires)
+            return self._claim(cursor, task_id, dispatch_id, owner, now, lease_seconds)
 
     def claim_next(
-        self, *, owner: str, now: datetime, expires: datetime
+        self, *, owner: str, now: datetime, lease_seconds: float
     ) -> tuple[int, Claim | None] | None:
         """Consume the oldest dispatch record no leg consumed and claim its task as ``claim``
         does. None when there is no such record; else (record id, the claim or None when the
@@ -305,11 +353,12 @@ class Portable:
                 return None
             dispatch_id, task_id = record
             with self.db.cursor() as cursor:
-                return dispatch_id, self._claim(cursor, task_id, dispatch_id, owner, now, expires)
+                claim = self._claim(cursor, task_id, dispatch_id, owner, now, lease_seconds)
+                return dispatch_id, claim
 
     def _claim(
         self, cursor: Any, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
-        expires: datetime,
+        lease_seconds: float,
     ) -> Claim | None:  # fmt: skip
         at = self.db.ops.adapt_datetimefield_value
         t = self._tables
@@ -321,22 +370,23 @@ class Portable:
             )
             if cursor.rowcount != 1:
                 return None
+        claimable = self._claimable.format(now=self._db_now, working="%s")
         cursor.execute(
-            f"UPDATE {t['task']} SET lease_owner = %s, lease_expires_at = %s, leg = leg + 1, "
-            f"updated_at = %s WHERE id = %s AND {self._claimable.format(now='%s', working='%s')} "
+            f"UPDATE {t['task']} SET lease_owner = %s, lease_expires_at = {self._db_later}, "
+            f"leg = leg + 1, updated_at = %s WHERE id = %s AND {claimable} "
             f"RETURNING {self._claim_returning}",
-            [owner, at(expires), at(now), task_id, at(now), Status.WORKING.value],
+            [owner, self._later_param(lease_seconds), at(now), task_id, Status.WORKING.value],
         )
         row = cursor.fetchone()
         if row is None:
             return None
-        claim = self._claimed(task_id, owner, expires, row)
+        claim = self._claimed(task_id, owner, row)
         event(Task(pk=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
               leg=claim.task.leg, dispatch=dispatch_id)  # fmt: skip
         return claim
 
-    def _claimed(self, task_id: str, owner: str, expires: datetime, row: tuple[Any, ...]) -> Claim:
-        tool_name, arguments, leg, client_id, has_journal, status = row
+    def _claimed(self, task_id: str, owner: str, row: tuple[Any, ...]) -> Claim:
+        tool_name, arguments, leg, client_id, has_journal, status, expires = row
         task = Task(
             pk=task_id,
             client_id=client_id,
@@ -345,33 +395,65 @@ class Portable:
             status=status,
             leg=leg,
             lease_owner=owner,
-            lease_expires_at=expires,
+            lease_expires_at=_as_datetime(expires),
         )
         return Claim(task=task, has_journal=bool(has_journal))
 
-    def renew(self, *, task_id: str, owner: str, expires: datetime) -> bool:
-        """Push OWNER's lease expiry to EXPIRES. False if the lease is no longer OWNER's."""
-        return bool(
-            Task.objects.filter(
-                pk=task_id, lease_owner=owner, status__in=[Status.WORKING, Status.CANCELLED]
-            ).update(lease_expires_at=expires)
+    def renew(self, *, task_id: str, owner: str, leg: int, lease_seconds: float) -> bool:
+        """Push the expiry of OWNER's lease (generation LEG) to the database's time plus
+        LEASE_SECONDS. False if the lease is no longer OWNER's, or has already expired by the
+        database's clock: a lease is never revived."""
+        t = self._tables
+        with self.db.cursor() as cursor:
+            cursor.execute(
+                f"UPDATE {t['task']} SET lease_expires_at = {self._db_later} "
+                "WHERE id = %s AND lease_owner = %s AND leg = %s AND status IN (%s, %s) "
+                f"AND lease_expires_at > {self._db_now}",
+                [self._later_param(lease_seconds), task_id, owner, leg, Status.WORKING.value,
+                 Status.CANCELLED.value],
+            )  # fmt: skip
+            return bool(cursor.rowcount == 1)
+
+    def lock_leased(self, *, task_id: str, owner: str, leg: int) -> Task | None:
+        """Lock TASK_ID's row if OWNER still holds its lease of generation LEG (``holds``), in
+        the caller's transaction; None if not. The writes a leg makes in the same
+        transaction are then fenced: no other leg can claim the task until it commits."""
+        return (
+            Task.objects.select_for_update()
+            .filter(holds(task_id=task_id, owner=owner, leg=leg))
+            .first()
         )
 
-    def release(self, *, task_id: str, owner: str | None, now: datetime) -> bool:
-        """Give up OWNER's lease (any lease when OWNER is None), in the caller's transaction.
-        False if OWNER's lease was lost (or there was none)."""
+    def release(
+        self, *, task_id: str, owner: str | None, now: datetime, leg: int | None = None
+    ) -> bool:
+        """Give up OWNER's lease of generation LEG (any lease when OWNER is None), in the
+        caller's transaction. False if OWNER's lease was lost (or there was none)."""
         leased = Task.objects.filter(pk=task_id)
-        leased = (
-            leased.exclude(lease_owner="") if owner is None else leased.filter(lease_owner=owner)
-        )
+        if owner is None:
+            leased = leased.exclude(lease_owner="")
+        else:
+            leased = leased.filter(lease_owner=owner)
+            if leg is not None:
+                leased = leased.filter(leg=leg)
         return bool(leased.update(lease_owner="", lease_expires_at=None, updated_at=now))
 
+    def expired_leases(self, *, status: str, limit: int) -> list[tuple[str, str, str, int]]:
+        """(id, status, lease owner, leg) of tasks in STATUS whose lease expired by the
+        database's clock, the longest expired first."""
+        return list(
+            Task.objects.filter(status=status, lease_expires_at__lt=Now())
+            .order_by("lease_expires_at")
+            .values_list("pk", "status", "lease_owner", "leg")[:limit]
+        )
+
     def expire_lease(self, *, task_id: str, status: str, owner: str, now: datetime) -> bool:
-        """Take away OWNER's expired lease of TASK_ID (compare-and-set: a leg that renewed in
-        the meantime keeps it). In the caller's transaction."""
+        """Take away OWNER's lease of TASK_ID if it expired by the database's clock
+        (compare-and-set: a leg that renewed in the meantime keeps it). In the caller's
+        transaction."""
         return bool(
             Task.objects.filter(
-                pk=task_id, status=status, lease_owner=owner, lease_expires_at__lt=now
+                pk=task_id, status=status, lease_owner=owner, lease_expires_at__lt=Now()
             ).update(lease_owner="", lease_expires_at=None, updated_at=now)
         )
 
@@ -380,11 +462,12 @@ class Portable:
     def end_leased(self, ending: Ending) -> bool:
         """End leased, working task ENDING.task_id in ENDING.status: write its fields, clear
         the lease, write the event and close its pending questions. False, having written
-        nothing, if ENDING.owner no longer holds the lease of a working task."""
+        nothing, if ENDING.owner no longer holds the lease (generation ENDING.leg, unexpired by
+        the database's clock) of a working task."""
         e = ending
         with transaction.atomic():
             changed = Task.objects.filter(
-                pk=e.task_id, status=Status.WORKING, lease_owner=e.owner
+                holds(task_id=e.task_id, owner=e.owner, leg=e.leg), status=Status.WORKING
             ).update(status=e.status, updated_at=e.now, finished_at=e.now, lease_owner="",
                      lease_expires_at=None, **e.fields)  # fmt: skip
             if not changed:
@@ -413,6 +496,15 @@ def _event_insert(table: str, select: str) -> str:
 
 class PostgreSQL(Portable):
     """The same operations as ``Portable``, each one prepared statement."""
+
+    # The time of the statement, not of its transaction (``now()``), even inside one.
+    @property
+    def _db_now(self) -> str:
+        return "statement_timestamp()"
+
+    @property
+    def _db_later(self) -> str:
+        return "(statement_timestamp() + %s * INTERVAL '1 second')"
 
     # --- acceptance -------------------------------------------------------------------------
     #
@@ -496,9 +588,10 @@ SELECT old_task.*, NULL FROM old_task
     def _claim_cte(self, *, task: str, dispatch: str) -> str:
         """The claiming UPDATE of a statement whose CTE ``consumed`` holds the record."""
         t = self._tables
-        claimable = self._claimable.format(working="%(working)s", now="%(now)s")
+        claimable = self._claimable.format(working="%(working)s", now="statement_timestamp()")
         return f"""claimed AS (
-            UPDATE {t["task"]} SET lease_owner = %(owner)s, lease_expires_at = %(expires)s,
+            UPDATE {t["task"]} SET lease_owner = %(owner)s,
+                lease_expires_at = statement_timestamp() + make_interval(secs => %(lease)s),
                 leg = leg + 1, updated_at = %(now)s
             WHERE id = {task} AND {claimable}{dispatch}
             RETURNING id, {self._claim_returning}
@@ -525,7 +618,8 @@ SELECT old_task.*, NULL FROM old_task
         ), {claimed}, started AS (
             {self._started("%(dispatch)s::bigint", "claimed")}
         )
-        SELECT tool_name, arguments, leg, client_id, has_journal, status FROM claimed
+        SELECT tool_name, arguments, leg, client_id, has_journal, status, lease_expires_at
+        FROM claimed
     """
 
     # The same for the oldest record no leg consumed; SKIP LOCKED lets two workers doing this
@@ -547,14 +641,14 @@ SELECT old_task.*, NULL FROM old_task
         )
         SELECT consumed.id, consumed.task_id,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
-            claimed.has_journal, claimed.status
+            claimed.has_journal, claimed.status, claimed.lease_expires_at
         FROM consumed LEFT JOIN claimed ON true
     """
 
-    def _claim_params(self, owner: str, now: datetime, expires: datetime) -> dict[str, Any]:
+    def _claim_params(self, owner: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
         return {
             "now": now,
-            "expires": expires,
+            "lease": float(lease_seconds),
             "owner": owner,
             "working": Status.WORKING.value,
             "worker": Actor.WORKER.value,
@@ -562,22 +656,22 @@ SELECT old_task.*, NULL FROM old_task
 
     def claim(
         self, *, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
-        expires: datetime,
+        lease_seconds: float,
     ) -> Claim | None:  # fmt: skip
-        params = self._claim_params(owner, now, expires)
+        params = self._claim_params(owner, now, lease_seconds)
         row = fetch_prepared(self._claim_sql, {**params, "task": task_id, "dispatch": dispatch_id})
-        return None if row is None else self._claimed(task_id, owner, expires, row)
+        return None if row is None else self._claimed(task_id, owner, row)
 
     def claim_next(
-        self, *, owner: str, now: datetime, expires: datetime
+        self, *, owner: str, now: datetime, lease_seconds: float
     ) -> tuple[int, Claim | None] | None:
-        row = fetch_prepared(self._claim_next_sql, self._claim_params(owner, now, expires))
+        row = fetch_prepared(self._claim_next_sql, self._claim_params(owner, now, lease_seconds))
         if row is None:
             return None
         dispatch_id, task_id, *claimed = row
         if claimed[0] is None:
             return dispatch_id, None
-        return dispatch_id, self._claimed(task_id, owner, expires, tuple(claimed))
+        return dispatch_id, self._claimed(task_id, owner, tuple(claimed))
 
     # --- the end of a leg -------------------------------------------------------------------
 
@@ -605,6 +699,7 @@ WITH ended AS (
     UPDATE {t["task"]} SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s,
         lease_owner = '', lease_expires_at = NULL{assignments}
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
+        AND leg = %(leg)s AND lease_expires_at > statement_timestamp()
     RETURNING id
 ), closed AS (
     {questions.sql}
@@ -626,6 +721,7 @@ SELECT count(*) FROM ended
             task_id=e.task_id,
             to=e.status.value,
             owner=e.owner,
+            leg=e.leg,
             kind=e.kind.value,
             actor=e.actor,
             detail=Jsonb(e.detail),

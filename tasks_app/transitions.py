@@ -101,22 +101,24 @@ def _end_leased(
     to: Status,
     *,
     lease_owner: str,
+    lease_leg: int,
     kind: EventKind,
     actor: str,
     fields: dict[str, Any],
     **detail: Any,
 ) -> Task:
     """``_move`` to a terminal status for the leg that holds the task's lease: a leased task is
-    working, so a compare-and-set on (working, lease owner) replaces the locking read on this
-    hot path (``sql``: on PostgreSQL one statement that also writes the event and closes
-    pending questions). Raise LeaseLost if another leg holds the task now. Return a partial
-    instance (the fields written)."""
+    working, so a compare-and-set on (working, the lease's fence) replaces the locking read on
+    this hot path (``sql``: on PostgreSQL one statement that also writes the event and closes
+    pending questions). Raise LeaseLost, having written nothing, if the lease of LEASE_OWNER
+    and generation LEASE_LEG was taken over or expired by the database's clock. Return a
+    partial instance (the fields written)."""
     assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
     now = timezone.now()
-    ending = sql.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, actor=actor,
-                        fields=fields, detail=detail, now=now)  # fmt: skip
+    ending = sql.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, leg=lease_leg,
+                        actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
     if not sql.hot_path().end_leased(ending):
-        raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner}")
+        raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner} (leg {lease_leg})")
     return Task(pk=task_id, status=to, finished_at=now, **fields)
 
 
@@ -180,32 +182,41 @@ def _end(
     to: Status,
     *,
     lease_owner: str | None,
+    lease_leg: int | None = None,
     actor_type: str = Actor.WORKER,
     actor: str,
     fields: dict[str, Any],
     **detail: Any,
 ) -> Task:
     """End TASK_ID in terminal status TO, recorded by an event of the same name: as the leg
-    holding LEASE_OWNER's lease (``_end_leased``), or under the task lock (``_end_locked``)."""
+    holding LEASE_OWNER's lease of generation LEASE_LEG (``_end_leased``), or under the task
+    lock (``_end_locked``)."""
     kind = EventKind(to.value)
     if lease_owner is not None:
-        return _end_leased(task_id, to, lease_owner=lease_owner, kind=kind, actor=actor,
-                           fields=fields, **detail)  # fmt: skip
+        assert lease_leg is not None, "a leg ends a task with its fencing token"
+        return _end_leased(task_id, to, lease_owner=lease_owner, lease_leg=lease_leg, kind=kind,
+                           actor=actor, fields=fields, **detail)  # fmt: skip
     return _end_locked(task_id, to, kind=kind, actor_type=actor_type, actor=actor, fields=fields,
                        **detail)  # fmt: skip
 
 
 def complete(
-    *, task_id: str, result: dict[str, Any], actor: str = "", lease_owner: str | None = None
+    *,
+    task_id: str,
+    result: dict[str, Any],
+    actor: str = "",
+    lease_owner: str | None = None,
+    lease_leg: int | None = None,
 ) -> Task:
     """Move a task to COMPLETED with RESULT (a CallToolResult; isError marks tool errors).
 
-    A leg passes its LEASE_OWNER: LeaseLost is raised if another leg holds the task now.
+    A leg passes its LEASE_OWNER and LEASE_LEG (its fencing token): LeaseLost is raised if
+    that lease was taken over or has expired.
     """
     fields = {"result": result, "status_message": ""}
     is_error = bool(result.get("isError"))
-    return _end(task_id, Status.COMPLETED, lease_owner=lease_owner, actor=actor, fields=fields,
-                is_error=is_error)  # fmt: skip
+    return _end(task_id, Status.COMPLETED, lease_owner=lease_owner, lease_leg=lease_leg,
+                actor=actor, fields=fields, is_error=is_error)  # fmt: skip
 
 
 def fail(
@@ -215,11 +226,14 @@ def fail(
     actor_type: str = Actor.WORKER,
     actor: str = "",
     lease_owner: str | None = None,
+    lease_leg: int | None = None,
 ) -> Task:
-    """Move a task to FAILED with a JSON-RPC error object (LEASE_OWNER: as in ``complete``)."""
+    """Move a task to FAILED with a JSON-RPC error object (LEASE_OWNER, LEASE_LEG: as in
+    ``complete``)."""
     fields = {"error": error, "status_message": str(error.get("message", ""))[:2000]}
-    return _end(task_id, Status.FAILED, lease_owner=lease_owner, actor_type=actor_type,
-                actor=actor, fields=fields, code=error.get("code"))  # fmt: skip
+    return _end(task_id, Status.FAILED, lease_owner=lease_owner, lease_leg=lease_leg,
+                actor_type=actor_type, actor=actor, fields=fields,
+                code=error.get("code"))  # fmt: skip
 
 
 @transaction.atomic
@@ -264,11 +278,17 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
     return task
 
 
-def cancel(*, task_id: str, actor: str = "", lease_owner: str | None = None) -> Task:
+def cancel(
+    *,
+    task_id: str,
+    actor: str = "",
+    lease_owner: str | None = None,
+    lease_leg: int | None = None,
+) -> Task:
     """Move a task whose cancellation was requested to CANCELLED once its work has stopped
-    (LEASE_OWNER: as in ``complete``)."""
-    return _end(task_id, Status.CANCELLED, lease_owner=lease_owner, actor=actor, fields={},
-                work_stopped=True)  # fmt: skip
+    (LEASE_OWNER, LEASE_LEG: as in ``complete``)."""
+    return _end(task_id, Status.CANCELLED, lease_owner=lease_owner, lease_leg=lease_leg,
+                actor=actor, fields={}, work_stopped=True)  # fmt: skip
 
 
 @transaction.atomic

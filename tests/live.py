@@ -138,12 +138,14 @@ class LiveStack:
 
     # -- processes ---------------------------------------------------------------------
 
-    def _spawn(self, name: str, args: list[str]) -> subprocess.Popen[bytes]:
+    def _spawn(
+        self, name: str, args: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
         log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
         proc = subprocess.Popen(
             args,
             cwd=ROOT,
-            env=self.env,
+            env={**self.env, **(env or {})},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -172,9 +174,17 @@ class LiveStack:
             check=True,
         )
 
-    def start_worker(self, concurrency: int | None = None) -> subprocess.Popen[bytes]:
+    def start_worker(
+        self,
+        concurrency: int | None = None,
+        *,
+        name: str = "worker",
+        env: dict[str, str] | None = None,
+    ) -> subprocess.Popen[bytes]:
+        """Start a Celery worker process as NAME (its log is NAME.log), with ENV added to the
+        stack's environment."""
         return self._spawn(
-            "worker",
+            name,
             [
                 str(BIN / "celery"),
                 "-A",
@@ -187,10 +197,11 @@ class LiveStack:
                 "--loglevel",
                 "INFO",
                 "-n",
-                f"worker-{self.port}@%h",
+                f"{name}-{self.port}@%h",
                 "--without-mingle",
                 "--without-gossip",
             ],
+            env,
         )
 
     def start_beat(self) -> subprocess.Popen[bytes]:
@@ -217,9 +228,9 @@ class LiveStack:
         for name in list(self.procs):
             self.stop(name)
 
-    def pool_pids(self) -> list[int]:
-        """PIDs of the Celery worker's pool processes (children of the worker main process)."""
-        worker = self.procs["worker"]
+    def pool_pids(self, name: str = "worker") -> list[int]:
+        """PIDs of the pool processes of Celery worker NAME (children of its main process)."""
+        worker = self.procs[name]
         out = subprocess.run(
             ["ps", "-o", "pid=", "--ppid", str(worker.pid)],
             capture_output=True,

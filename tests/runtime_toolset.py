@@ -274,3 +274,32 @@ def flaky_fetch(ctx: ToolContext, log_path: str, fail: int = 1, wait: float = 3)
 
     count = ctx.step("fetch", attempt, retry=Retry(attempts=3, backoff=2.0, max_delay=wait))
     return f"fetched on attempt {count}"
+
+
+@tools.tool(task="required")
+def loses_lease_in_effect(ctx: ToolContext, how: str = "taken_over") -> str:
+    """Inside an effect body, the lease is lost as it is to a leg frozen past its lease: HOW
+    is ``taken_over`` (a newer leg claimed the task) or ``expired`` (by the database's clock,
+    nobody took over yet). The body counts its runs."""
+    from datetime import timedelta
+
+    from django.db.models import F
+    from django.utils import timezone
+
+    from tasks_app.models import Task
+
+    with ctx.effect("charge", target="card-1") as fx:
+        if not fx.done:
+            RUNS["loses_lease_in_effect"] += 1
+            past = timezone.now() - timedelta(seconds=5)
+            leased = Task.objects.filter(pk=ctx.task_id)
+            if how == "taken_over":
+                leased.update(
+                    lease_owner="newer:1:abc",
+                    leg=F("leg") + 1,
+                    lease_expires_at=timezone.now() + timedelta(seconds=30),
+                )
+            else:
+                leased.update(lease_expires_at=past)
+            fx.record(charge_id="ch_1")
+    return "unreachable"

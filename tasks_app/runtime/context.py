@@ -179,10 +179,13 @@ class TaskContext(ToolContext):
             raise TimeLimitExceeded(self.time_limit or 0)
 
     def owned_task(self) -> Task:
-        """Lock the task row and check this leg still holds its lease (in a transaction)."""
-        task = Task.objects.select_for_update().get(pk=self.task_id)
-        if task.lease_owner != self.owner:
-            raise LeaseLost(f"task {self.task_id} is leased by {task.lease_owner or 'nobody'}")
+        """Lock the task row if this leg still holds its lease (its owner and generation, not
+        expired by the database's clock), inside the caller's transaction: the fence of
+        every write the leg makes. Raise LeaseLost, so that the leg writes nothing, if not."""
+        task = leases.lock(self.task_id, self.owner, self.leg)
+        if task is None:
+            log.warning("writes refused task=%s leg=%s: the lease is lost", self.task_id, self.leg)
+            raise LeaseLost(f"task {self.task_id}: leg {self.leg} no longer holds its lease")
         return task
 
     def checkpoint(self, *, fresh: bool = False) -> None:
@@ -354,7 +357,7 @@ class TaskContext(ToolContext):
                 transitions.set_status_message(
                     task_id=task.pk, message=f"Waiting for an operator in the inbox: {first}"
                 )
-            leases.release(task.pk, self.owner)
+            leases.release(task.pk, self.owner, self.leg)
             event(
                 task,
                 EventKind.LEG_SUSPENDED,
@@ -506,7 +509,8 @@ class TaskContext(ToolContext):
         self._progress_written_at = now
         counts = f"{done:g}/{total:g}" if total is not None else f"{done:g}"
         text = f"{message} ({counts})" if message else counts
-        with self.shielded():
+        with self.shielded(), transaction.atomic():
+            self.owned_task()
             transitions.set_status_message(task_id=self.task_id, message=text)
 
     def log(self, level: str, message: str, **data: Any) -> None:

@@ -271,7 +271,7 @@ class EffectScope(EffectHandle):
         with ctx.shielded(), transaction.atomic():
             task = ctx.owned_task()
             transitions.set_status_message(task_id=task.pk, message=message)
-            leases.release(task.pk, ctx.owner)
+            leases.release(task.pk, ctx.owner, ctx.leg)
             self._event(task, EventKind.EFFECT_NEEDS_RECONCILIATION, reason=why)
         raise AwaitingReconciliation(message)
 
@@ -371,8 +371,10 @@ class EffectScope(EffectHandle):
         """Move the effect to STATE (compare-and-set from ONLY_FROM) and record KIND. Return
         False (and reload the row) if it was in another state.
 
-        Outcomes are written whether or not this leg still holds the lease: they are facts
-        about the outside world, and the ledger must hold them either way.
+        Fenced like every write of a leg: a leg that lost its lease (taken over, or expired
+        by the database's clock) writes nothing and gets LeaseLost. The leg that holds the
+        task now finds the effect ``intended`` or ``unknown`` and settles it itself, through
+        the verify hook or an operator.
         """
         assert self.row is not None
         row = self.row
@@ -382,6 +384,7 @@ class EffectScope(EffectHandle):
         now = timezone.now()
         settled = state in (EffectState.CONFIRMED, EffectState.FAILED)
         with self.ctx.shielded(), transaction.atomic():
+            self.ctx.owned_task()
             changed = Effect.objects.filter(pk=row.pk, state__in=only_from).update(
                 state=state,
                 detail=new_detail,
@@ -434,13 +437,15 @@ def compensate_all(ctx: Leg, *, reason: str) -> None:
             raise
         except Exception as exc:
             log.warning("compensation failed task=%s effect=%s: %s", ctx.task_id, comp.name, exc)
-            with ctx.shielded():
+            with ctx.shielded(), transaction.atomic():
+                ctx.owned_task()
                 event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATION_FAILED,
                       actor_type=Actor.WORKER, actor=ctx.owner, effect=comp.name, key=comp.key,
                       reason=reason, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             continue
         now = timezone.now()
         with ctx.shielded(), transaction.atomic():
+            ctx.owned_task()
             if Effect.objects.filter(pk=comp.effect_id, state=EffectState.CONFIRMED).update(
                 state=EffectState.COMPENSATED, updated_at=now
             ):

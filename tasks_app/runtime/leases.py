@@ -2,10 +2,18 @@
 
 The statements that write the lease columns are in ``tasks_app.sql``; this module decides
 when to run them. A leg claims its task with one compare-and-set UPDATE (the task must be
-``working`` and either unleased or holding an expired lease), which also counts the leg. While the tool runs,
-a background thread renews the lease, so a long leg keeps it and a killed one loses it within
+``working`` and either unleased or holding an expired lease), which also bumps ``leg``, the
+lease generation: the leg's fencing token. While the tool runs, a background thread renews
+the lease, so a long leg keeps it and a killed one loses it within
 ``TASKDESK_LEASE_SECONDS``. The periodic sweeper (``redispatch_expired_leases``) takes expired
 leases away and dispatches a new leg; replay of the journal makes that re-run safe.
+
+Every expiry is set and compared on the database's clock, never this process's. Every write
+a leg makes checks its fence (owner, generation, unexpired) in the same statement or
+transaction (``sql.holds``), so a leg frozen past its lease changes nothing when it wakes.
+The renewer measures, on this process's monotonic clock, how long it has gone without a
+successful renewal; a leg it could not renew before its lease would have run out is told to
+stop (``Lease.lost``) even while the database cannot be reached.
 """
 
 from __future__ import annotations
@@ -18,7 +26,6 @@ import time
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
-from datetime import timedelta
 
 from django.conf import settings
 from django.db import DatabaseError, connection, transaction
@@ -35,8 +42,8 @@ def new_owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:12]}"
 
 
-def _lease_length() -> timedelta:
-    return timedelta(seconds=settings.TASKDESK_LEASE_SECONDS)
+def _lease_seconds() -> float:
+    return float(settings.TASKDESK_LEASE_SECONDS)
 
 
 def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | None:
@@ -47,10 +54,12 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | N
     a live lease. A dispatch record is consumed even when the claim fails: its message has
     been answered, and must not look lost to the dispatch sweeper.
     """
-    now = timezone.now()
-    expires = now + _lease_length()
     return sql.hot_path().claim(
-        task_id=task_id, dispatch_id=dispatch_id, owner=owner, now=now, expires=expires
+        task_id=task_id,
+        dispatch_id=dispatch_id,
+        owner=owner,
+        now=timezone.now(),
+        lease_seconds=_lease_seconds(),
     )
 
 
@@ -63,31 +72,45 @@ def claim_next(*, owner: str) -> tuple[int, sql.Claim | None] | None:
     without a broker round trip; that task's message, when it arrives, finds its record
     consumed and does nothing.
     """
-    now = timezone.now()
-    expires = now + _lease_length()
-    return sql.hot_path().claim_next(owner=owner, now=now, expires=expires)
+    return sql.hot_path().claim_next(
+        owner=owner, now=timezone.now(), lease_seconds=_lease_seconds()
+    )
 
 
-def release(task_id: str, owner: str) -> bool:
-    """Give up OWNER's lease (inside the caller's transaction). Return False if it was lost."""
-    return sql.hot_path().release(task_id=task_id, owner=owner, now=timezone.now())
+def release(task_id: str, owner: str, leg: int) -> bool:
+    """Give up OWNER's lease of generation LEG (inside the caller's transaction, which has
+    checked the fence with ``lock``). Return False if it was lost."""
+    return sql.hot_path().release(task_id=task_id, owner=owner, leg=leg, now=timezone.now())
 
 
-def renew(task_id: str, owner: str) -> bool:
-    """Push OWNER's lease expiry forward. Return False if the lease is no longer OWNER's."""
+def lock(task_id: str, owner: str, leg: int) -> Task | None:
+    """Lock the task row if OWNER's lease of generation LEG is still live by the database's
+    clock (inside the caller's transaction); None if the lease is lost."""
+    return sql.hot_path().lock_leased(task_id=task_id, owner=owner, leg=leg)
+
+
+def renew(task_id: str, owner: str, leg: int) -> bool:
+    """Push OWNER's lease expiry forward. Return False if the lease is no longer OWNER's or
+    has already expired by the database's clock."""
     return sql.hot_path().renew(
-        task_id=task_id, owner=owner, expires=timezone.now() + _lease_length()
+        task_id=task_id, owner=owner, leg=leg, lease_seconds=_lease_seconds()
     )
 
 
 class Lease:
-    """The lease a running leg holds; ``lost`` is set once another leg took the task over."""
+    """The lease a running leg holds; ``lost`` is set once the leg must stop: another leg
+    took the task over, or the renewer could not renew it before it ran out."""
 
-    def __init__(self, task_id: str, owner: str) -> None:
+    def __init__(self, task_id: str, owner: str, leg: int, since: float) -> None:
         self.task_id = task_id
         self.owner = owner
+        self.leg = leg
         self.lost = threading.Event()
         self.due = time.monotonic() + _renew_interval()
+        # When the lease runs out at the earliest, on this process's monotonic clock: the
+        # database set its expiry one lease length after it received the claim (or the last
+        # renewal), which was after SINCE, when the statement was sent.
+        self.runs_out = since + _lease_seconds()
 
 
 def _renew_interval() -> float:
@@ -130,17 +153,32 @@ class _Renewer:
                 connection.close()  # this thread's own connection
 
     def _renew(self, lease: Lease) -> None:
+        sent = time.monotonic()
+        if sent >= lease.runs_out:
+            self._give_up(lease, "it could not be renewed before it ran out")
+            return
         try:
-            renewed = renew(lease.task_id, lease.owner)
+            renewed = renew(lease.task_id, lease.owner, lease.leg)
         except DatabaseError as exc:
             log.warning("lease renewal failed task=%s error=%s", lease.task_id, exc)
             connection.close()
+            if time.monotonic() >= lease.runs_out:
+                self._give_up(lease, "it could not be renewed before it ran out")
+            else:
+                lease.due = time.monotonic() + min(_renew_interval(), 0.5)
             return
         lease.due = time.monotonic() + _renew_interval()
+        if renewed:
+            lease.runs_out = sent + _lease_seconds()
         if not renewed:
-            log.warning("lease lost task=%s owner=%s", lease.task_id, lease.owner)
-            lease.lost.set()
-            self.remove(lease)
+            self._give_up(lease, "another leg holds it, or it expired")
+
+    def _give_up(self, lease: Lease, why: str) -> None:
+        log.warning(
+            "lease lost task=%s leg=%s owner=%s: %s", lease.task_id, lease.leg, lease.owner, why
+        )
+        lease.lost.set()
+        self.remove(lease)
 
 
 _renewer = _Renewer()
@@ -155,9 +193,10 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextmanager
-def held(task_id: str, owner: str) -> Iterator[Lease]:
-    """Keep renewing the lease for as long as the block runs."""
-    lease = Lease(task_id, owner)
+def held(task_id: str, owner: str, leg: int, *, since: float) -> Iterator[Lease]:
+    """Keep renewing the lease for as long as the block runs (its claim was sent at
+    monotonic time SINCE)."""
+    lease = Lease(task_id, owner, leg, since)
     _renewer.add(lease)
     try:
         yield lease
@@ -179,11 +218,7 @@ def redispatch_expired_leases(*, limit: int = 500) -> int:
     now = timezone.now()
     stale: list[tuple[str, str, str, int]] = []
     for state in (Status.WORKING, Status.CANCELLED):  # each query has its partial index
-        stale += (
-            Task.objects.filter(status=state, lease_expires_at__lt=now)
-            .order_by("lease_expires_at")
-            .values_list("pk", "status", "lease_owner", "leg")[: limit - len(stale)]
-        )
+        stale += sql.hot_path().expired_leases(status=state, limit=limit - len(stale))
     revived = 0
     for task_id, status, owner, leg in stale:
         with transaction.atomic():

@@ -68,11 +68,12 @@ class LegOutcome(enum.StrEnum):
 def run_leg(*, task_id: str, dispatch_id: int | None = None) -> LegOutcome:
     """Run one leg of task TASK_ID (dispatch record DISPATCH_ID) and return how it ended."""
     owner = leases.new_owner()
+    sent = time.monotonic()
     claim = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
     if claim is None:
         log.info("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
         return LegOutcome.SKIPPED
-    return _run_claimed(claim, owner, dispatch_id)
+    return _run_claimed(claim, owner, dispatch_id, sent)
 
 
 def run_waiting_legs(*, seconds: float) -> int:
@@ -88,17 +89,19 @@ def run_waiting_legs(*, seconds: float) -> int:
     ran = 0
     while time.monotonic() < deadline:
         owner = leases.new_owner()
+        sent = time.monotonic()
         found = leases.claim_next(owner=owner)
         if found is None:
             break  # nothing is waiting
         dispatch_id, claim = found
         if claim is not None:
-            _run_claimed(claim, owner, dispatch_id)
+            _run_claimed(claim, owner, dispatch_id, sent)
             ran += 1
     return ran
 
 
-def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None) -> LegOutcome:
+def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float) -> LegOutcome:
+    """Run the leg CLAIM took (its claim was sent at monotonic time SENT)."""
     task = claim.task
     started = time.monotonic()
     log.info(
@@ -119,10 +122,10 @@ def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None) -> LegOu
             "message": f"Tool {task.tool_name} is not available on this worker "
             "(its toolset is not in TASKDESK_TOOLSETS)",
         }
-        outcome = _end(task.pk, owner, Ending(LegOutcome.FAILED, error=error))
+        outcome = _end(task.pk, owner, task.leg, Ending(LegOutcome.FAILED, error=error))
     else:
         ctx = TaskContext(task=task, spec=spec, owner=owner, has_journal=claim.has_journal)
-        with leases.held(task.pk, owner) as lease:
+        with leases.held(task.pk, owner, task.leg, since=sent) as lease:
             ctx.lease = lease
             outcome = _undo(ctx) if task.status == Status.CANCELLED else _run(ctx)
     log.info(
@@ -140,7 +143,7 @@ def _run(ctx: TaskContext) -> LegOutcome:
         ending = _call(ctx)
         if ending.compensate:
             compensate_all(ctx, reason=ending.outcome)
-        return _end(ctx.task_id, ctx.owner, ending)
+        return _end(ctx.task_id, ctx.owner, ctx.leg, ending)
     except Suspended:
         return LegOutcome.SUSPENDED
     except RetryScheduled:
@@ -182,7 +185,8 @@ def _undo(ctx: TaskContext) -> LegOutcome:
 
 def _end_undo(task_id: str, owner: str, *, leg: int, error: str) -> LegOutcome:
     with transaction.atomic():
-        if not leases.release(task_id, owner):
+        if leases.lock(task_id, owner, leg) is None or not leases.release(task_id, owner, leg):
+            log.warning("undo leg task=%s leg=%s lost its lease: writes refused", task_id, leg)
             return LegOutcome.LEASE_LOST
         detail: dict[str, Any] = {"leg": leg} | ({"error": error} if error else {})
         event(
@@ -245,20 +249,21 @@ def _completed(result: dict[str, Any]) -> Ending:
     return Ending(LegOutcome.COMPLETED, result=result, compensate=bool(result.get("isError")))
 
 
-def _end(task_id: str, owner: str, ending: Ending) -> LegOutcome:
-    """Record ENDING through the transition of its outcome, as the leg holding OWNER's lease.
-    Return LEASE_LOST if another leg holds the task now (this one was presumed dead): its
-    result is dropped."""
+def _end(task_id: str, owner: str, leg: int, ending: Ending) -> LegOutcome:
+    """Record ENDING through the transition of its outcome, as the leg holding OWNER's lease
+    of generation LEG. Return LEASE_LOST if that lease was taken over or has expired (this
+    leg was presumed dead): its result is dropped."""
     try:
         if ending.outcome == LegOutcome.COMPLETED:
             assert ending.result is not None
             transitions.complete(task_id=task_id, result=ending.result, actor=owner,
-                                 lease_owner=owner)  # fmt: skip
+                                 lease_owner=owner, lease_leg=leg)  # fmt: skip
         elif ending.outcome == LegOutcome.FAILED:
             assert ending.error is not None
-            transitions.fail(task_id=task_id, error=ending.error, actor=owner, lease_owner=owner)
+            transitions.fail(task_id=task_id, error=ending.error, actor=owner, lease_owner=owner,
+                             lease_leg=leg)  # fmt: skip
         elif ending.outcome == LegOutcome.CANCELLED:
-            transitions.cancel(task_id=task_id, actor=owner, lease_owner=owner)
+            transitions.cancel(task_id=task_id, actor=owner, lease_owner=owner, lease_leg=leg)
         else:
             raise ValueError(f"a leg cannot end the task as {ending.outcome}")
     except LeaseLost as exc:

@@ -1,8 +1,10 @@
 from __future__ import annotations
 
 import itertools
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
 from elicitations.models import InputRequest, RequestStatus
 from tasks_app import transitions
@@ -134,19 +136,22 @@ def test_a_concurrently_deleted_task_is_reported(task) -> None:  # type: ignore[
 
 @pytest.mark.parametrize("end", ["complete", "fail", "cancel"])
 def test_the_leg_holding_the_lease_ends_its_task_and_closes_open_questions(task, end: str) -> None:  # type: ignore[no-untyped-def]
-    Task.objects.filter(pk=task.pk).update(lease_owner="worker-1")
+    live = timezone.now() + timedelta(seconds=30)
+    Task.objects.filter(pk=task.pk).update(lease_owner="worker-1", leg=1, lease_expires_at=live)
     InputRequest.objects.create(task=task, key="b", ask_key="approve", message="Approve?")
     InputRequest.objects.create(task=task, key="a", ask_key="note", message="Note?")
     moves = {
         "complete": lambda: transitions.complete(
             task_id=task.pk, result={"content": [], "isError": True}, actor="w",
-            lease_owner="worker-1",
+            lease_owner="worker-1", lease_leg=1,
         ),
         "fail": lambda: transitions.fail(
             task_id=task.pk, error={"code": -32603, "message": "boom"}, actor="w",
-            lease_owner="worker-1",
+            lease_owner="worker-1", lease_leg=1,
         ),
-        "cancel": lambda: transitions.cancel(task_id=task.pk, actor="w", lease_owner="worker-1"),
+        "cancel": lambda: transitions.cancel(
+            task_id=task.pk, actor="w", lease_owner="worker-1", lease_leg=1
+        ),
     }  # fmt: skip
 
     moves[end]()
@@ -178,11 +183,36 @@ def test_the_leg_holding_the_lease_ends_its_task_and_closes_open_questions(task,
 
 
 def test_a_leg_that_lost_its_lease_ends_nothing(task) -> None:  # type: ignore[no-untyped-def]
-    Task.objects.filter(pk=task.pk).update(lease_owner="worker-2")
+    live = timezone.now() + timedelta(seconds=30)
+    Task.objects.filter(pk=task.pk).update(lease_owner="worker-2", leg=2, lease_expires_at=live)
 
     with pytest.raises(transitions.LeaseLost):
-        transitions.complete(task_id=task.pk, result={"content": []}, lease_owner="worker-1")
+        transitions.complete(
+            task_id=task.pk, result={"content": []}, lease_owner="worker-1", lease_leg=1
+        )
 
     task.refresh_from_db()
     assert (task.status, task.lease_owner) == (Status.WORKING, "worker-2")
+    assert not TaskEvent.objects.filter(task=task).exists()
+
+
+@pytest.mark.parametrize("lease", ["expired", "other generation"])
+def test_a_leg_whose_fence_fails_ends_nothing(task, lease: str) -> None:  # type: ignore[no-untyped-def]
+    # The same owner name, but the lease ran out by the database's clock, or its generation
+    # (the fencing token) moved on: the end is refused either way.
+    offset = -1 if lease == "expired" else 30
+    until = timezone.now() + timedelta(seconds=offset)
+    Task.objects.filter(pk=task.pk).update(lease_owner="worker-1", leg=3, lease_expires_at=until)
+    leg = 3 if lease == "expired" else 2
+
+    with pytest.raises(transitions.LeaseLost):
+        transitions.fail(
+            task_id=task.pk,
+            error={"code": 1, "message": "x"},
+            lease_owner="worker-1",
+            lease_leg=leg,
+        )
+
+    task.refresh_from_db()
+    assert (task.status, task.lease_owner, task.leg) == (Status.WORKING, "worker-1", 3)
     assert not TaskEvent.objects.filter(task=task).exists()

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import threading
 import time
+from datetime import timedelta
 
 import pytest
-from django.db import connection
+import time_machine
+from django.db import OperationalError, connection
+from django.utils import timezone
 
-from tasks_app import runtime
-from tasks_app.models import Status, Task
-from tasks_app.runtime import LegOutcome
+from tasks_app import dispatch, runtime
+from tasks_app.models import Effect, Status, Task
+from tasks_app.runtime import LegOutcome, leases
 from tests.tasks_app.runtime.helpers import events, next_dispatch, submit
 
 
@@ -78,4 +81,88 @@ def test_a_leg_whose_lease_was_taken_over_stops_and_writes_nothing_more(alice) -
     assert time.monotonic() - started < 2  # noticed within one renewal interval
     assert task.status == Status.WORKING
     assert task.lease_owner == "newer:1:abc"
+    assert events(task) == ["leg_started"]
+
+
+# --- fencing: a leg that lost its lease writes nothing -----------------------------------
+
+
+@pytest.mark.parametrize("how", ["taken_over", "expired"])
+def test_the_outcome_of_an_effect_whose_leg_lost_its_lease_is_refused(alice, how: str) -> None:
+    task = submit(alice, "loses_lease_in_effect", how=how)
+    owner_before = set(Task.objects.filter(pk=task.pk).values_list("lease_owner", flat=True))
+
+    outcome = runtime.run_leg(task_id=task.pk, dispatch_id=next_dispatch(task))
+
+    task.refresh_from_db()
+    assert outcome == LegOutcome.LEASE_LOST
+    assert task.status == Status.WORKING
+    # The effect stays as its intent left it: the next leg settles it (verify, or an operator).
+    effect = Effect.objects.get(task=task)
+    assert (effect.state, effect.detail) == ("intended", {})
+    assert events(task) == ["leg_started", "effect_intended"]
+    assert owner_before == {""}
+    if how == "expired":
+        # Nobody took over: the lease is left for the sweeper to expire.
+        assert task.lease_owner.startswith(task.events.get(kind="leg_started").actor)
+
+
+def test_a_lease_expired_by_the_database_clock_is_not_renewed(alice) -> None:
+    task = submit(alice, "noop")
+    claim = leases.claim(task_id=task.pk, dispatch_id=next_dispatch(task), owner="w:1:a")
+    assert claim is not None
+    assert leases.renew(task.pk, "w:1:a", claim.task.leg)
+    assert not leases.renew(task.pk, "w:1:a", claim.task.leg + 1)  # another generation
+
+    Task.objects.filter(pk=task.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    assert not leases.renew(task.pk, "w:1:a", claim.task.leg)
+    task.refresh_from_db()
+    assert task.lease_expires_at < timezone.now()  # a lease is never revived
+
+
+def test_leases_are_set_and_compared_on_the_database_clock_not_the_workers(alice) -> None:
+    live = submit(alice, "noop")
+    first = leases.claim(task_id=live.pk, dispatch_id=next_dispatch(live), owner="w:1:a")
+    assert first is not None and first.task.lease_expires_at is not None
+    # The expiry is the database's time plus the lease (1 s here), whatever this clock says.
+    assert abs((first.task.lease_expires_at - timezone.now()).total_seconds() - 1) < 0.5
+    dispatch.enqueue(live, reason="test")
+
+    # This process's clock runs 60 s ahead: the lease still looks live to the database, so
+    # a second leg cannot take it, the sweeper does not expire it, and it can be renewed.
+    with time_machine.travel(timezone.now() + timedelta(seconds=60), tick=True):
+        assert leases.claim(task_id=live.pk, dispatch_id=next_dispatch(live), owner="w:2:b") is None
+        assert runtime.redispatch_expired_leases() == 0
+        assert leases.renew(live.pk, "w:1:a", first.task.leg)
+        later = submit(alice, "noop")
+        claim = leases.claim(task_id=later.pk, dispatch_id=next_dispatch(later), owner="w:2:b")
+        assert claim is not None and claim.task.lease_expires_at is not None
+        expires = claim.task.lease_expires_at
+    assert abs((expires - timezone.now()).total_seconds() - 1) < 0.5
+
+    # And 60 s behind: an expired lease is expired, whatever this clock says.
+    Task.objects.filter(pk=live.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+    with time_machine.travel(timezone.now() - timedelta(seconds=60), tick=True):
+        assert not leases.renew(live.pk, "w:1:a", first.task.leg)
+        assert runtime.redispatch_expired_leases() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_renewer_stops_a_leg_it_could_not_renew_before_its_lease_ran_out(
+    alice, monkeypatch
+) -> None:
+    task = submit(alice, "sleeper", seconds=5)
+
+    def unreachable(*args: object, **kwargs: object) -> bool:
+        raise OperationalError("the database is unreachable")
+
+    monkeypatch.setattr(leases, "renew", unreachable)
+    started = time.monotonic()
+    outcome = runtime.run_leg(task_id=task.pk, dispatch_id=next_dispatch(task))
+
+    task.refresh_from_db()
+    assert outcome == LegOutcome.LEASE_LOST
+    assert time.monotonic() - started < 3  # within the 1 s lease and a checkpoint, not 5 s
+    assert task.status == Status.WORKING
     assert events(task) == ["leg_started"]

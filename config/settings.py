@@ -328,6 +328,41 @@ CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=1)
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = False
 
+# Two queues. Legs (run_task_job) go to the default queue, consumed by the `worker` process;
+# the control jobs (sweeper, heartbeat, question deadlines, purge) to their own queue,
+# consumed by the `control` worker process, so two long legs never hold up lease recovery,
+# the outbox or the heartbeat.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+TASKDESK_CONTROL_QUEUE = "control"
+CONTROL_JOBS = (
+    "sweep_job",
+    "heartbeat_job",
+    "purge_expired_job",
+    "expire_input_requests_job",
+    "dispatch_retry_job",
+)
+CELERY_TASK_ROUTES = {name: {"queue": TASKDESK_CONTROL_QUEUE} for name in CONTROL_JOBS}
+# Celery's time limits of every job that sets none (the control jobs): past the soft limit the
+# job gets SoftTimeLimitExceeded (its transaction rolls back; the next run does the work);
+# past the hard limit its pool process is killed and replaced. run_task_job sets its own at
+# worker start, from the longest leg time limit (tasks_app.tasks).
+TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS = env_float(
+    "TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS", 60.0, minimum=1
+)
+TASKDESK_CONTROL_TIME_LIMIT_SECONDS = env_float(
+    "TASKDESK_CONTROL_TIME_LIMIT_SECONDS", 2 * TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS, minimum=2
+)
+if TASKDESK_CONTROL_TIME_LIMIT_SECONDS <= TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS:
+    raise ImproperlyConfigured(
+        "TASKDESK_CONTROL_TIME_LIMIT_SECONDS must be longer than "
+        "TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS"
+    )
+CELERY_TASK_SOFT_TIME_LIMIT = TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS
+CELERY_TASK_TIME_LIMIT = TASKDESK_CONTROL_TIME_LIMIT_SECONDS
+# The time limit of one leg of a tool that sets no time_limit of its own (seconds): past it
+# the leg stops and the task fails with reason time_limit.
+TASKDESK_LEG_TIME_LIMIT_SECONDS = env_float("TASKDESK_LEG_TIME_LIMIT_SECONDS", 7200.0, minimum=0.1)
+
 TASKDESK_SWEEP_SECONDS = env_float("TASKDESK_SWEEP_SECONDS", 5.0, minimum=0.5)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},

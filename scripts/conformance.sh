@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # `make conformance`: run the official MCP conformance suite against a real Taskdesk.
 #
-# Starts gunicorn, a Celery worker and Celery beat with the conformance toolset on a free
-# loopback port (PostgreSQL and Redis when DATABASE_URL / CELERY_BROKER_URL are set, else the
-# embedded SQLite + filesystem broker in a temporary TASKDESK_VAR_DIR), runs the ten tasks-*
+# Starts gunicorn, a Celery worker, the control worker and Celery beat with the conformance
+# toolset on a free loopback port (PostgreSQL and Redis when DATABASE_URL / CELERY_BROKER_URL
+# are set, else the embedded SQLite + filesystem broker in a temporary TASKDESK_VAR_DIR), runs the ten tasks-*
 # scenarios one by one and the scored `--requirements 2026-07-28` set, stops the processes by
 # PID and exits non-zero if any check failed. The last line is "conformance: N passed, M failed".
 #
@@ -62,8 +62,10 @@ start() {  # $1 = log name, rest = command; each in its own process group, stopp
 "$BIN/python" manage.py migrate --noinput >"$WORK/migrate.log" 2>&1 || {
   echo "conformance: migrate failed:"; tail -n 30 "$WORK/migrate.log"; exit 2; }
 start web "$BIN/gunicorn" config.wsgi -c config/gunicorn.conf.py
-start worker "$BIN/celery" -A config worker --pool prefork --concurrency 2 \
+start worker "$BIN/celery" -A config worker --pool prefork --concurrency 2 --queues celery \
   --loglevel "$LOG_LEVEL" -n "conformance-$PORT@%h" --without-mingle --without-gossip
+start control "$BIN/celery" -A config worker --pool prefork --concurrency 1 --queues control \
+  --loglevel "$LOG_LEVEL" -n "conformance-control-$PORT@%h" --without-mingle --without-gossip
 start beat "$BIN/celery" -A config beat --loglevel "$LOG_LEVEL" -s "$TASKDESK_VAR_DIR/celerybeat-schedule"
 for _ in $(seq 150); do
   curl -fsS "http://127.0.0.1:$PORT/healthz" >/dev/null 2>&1 && break

@@ -1,6 +1,9 @@
 """Celery jobs. They take ids, re-read the database and call runtime/transitions.
 
-Every job has an explicit name so that moving a module never strands queued messages.
+Every job has an explicit name so that moving a module never strands queued messages. Legs
+(``run_task_job``) go to the default queue; the control jobs (``settings.CONTROL_JOBS``:
+sweeper, heartbeat, purge, and the question deadlines of ``elicitations.tasks``) to the
+control queue, which the ``control`` worker process consumes.
 """
 
 from __future__ import annotations
@@ -8,7 +11,10 @@ from __future__ import annotations
 import logging
 import socket
 
+from typing import Any
+
 from celery import shared_task
+from celery.signals import worker_init
 from django.conf import settings
 from django.utils import timezone
 
@@ -32,6 +38,18 @@ def dispatch_retry_job(task_id: str) -> int:
     from tasks_app import runtime
 
     return runtime.dispatch_due_retries(task_id=task_id)
+
+
+@worker_init.connect
+def _leg_job_time_limits(**kwargs: Any) -> None:
+    """Set Celery's time limits of ``run_task_job`` from the enabled tools, once the worker
+    has loaded them (before it takes a job): hard ``runtime.job_time_limit()``, soft 30 s
+    earlier. A leg's own time limit (``legs.leg_time_limit``) stops it long before either."""
+    from tasks_app import runtime
+
+    hard = runtime.job_time_limit()
+    run_task_job.time_limit = hard
+    run_task_job.soft_time_limit = hard - 30
 
 
 @shared_task(name="sweep_job")

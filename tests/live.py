@@ -1,7 +1,8 @@
 """Real processes for integration tests: starting them, waiting for them, stopping them.
 
-``LiveStack`` starts gunicorn (several processes), a Celery worker (prefork) and, when asked,
-Celery beat, all pointed at the test database pytest-django created and at the broker of this
+``LiveStack`` starts gunicorn (several processes), a Celery worker (prefork) for legs and,
+when asked, Celery beat with the control worker that runs its jobs (as the Procfile does), all
+pointed at the test database pytest-django created and at the broker of this
 run (the embedded filesystem broker under a fresh folder, or ``CELERY_BROKER_URL``). Tests
 that use it need committed data: use the ``transactional_db`` fixture. ``RedisServer`` runs a
 throwaway redis-server on a port of its own. ``FaultProxy`` stands between a client and the
@@ -159,6 +160,7 @@ class LiveStack:
         if self.want_worker:
             self.start_worker()
         if self.want_beat:
+            self.start_control()
             self.start_beat()
         if wait:
             self.wait_healthy()
@@ -180,9 +182,10 @@ class LiveStack:
         *,
         name: str = "worker",
         env: dict[str, str] | None = None,
+        queue: str = "celery",
     ) -> subprocess.Popen[bytes]:
-        """Start a Celery worker process as NAME (its log is NAME.log), with ENV added to the
-        stack's environment."""
+        """Start a Celery worker process as NAME (its log is NAME.log) consuming QUEUE, with
+        ENV added to the stack's environment."""
         return self._spawn(
             name,
             [
@@ -194,6 +197,8 @@ class LiveStack:
                 "prefork",
                 "--concurrency",
                 str(concurrency or self.worker_concurrency),
+                "--queues",
+                queue,
                 "--loglevel",
                 "INFO",
                 "-n",
@@ -203,6 +208,10 @@ class LiveStack:
             ],
             env,
         )
+
+    def start_control(self) -> subprocess.Popen[bytes]:
+        """The worker of the control queue (sweeper, heartbeat, deadlines, purge)."""
+        return self.start_worker(1, name="control", queue="control")
 
     def start_beat(self) -> subprocess.Popen[bytes]:
         return self._spawn(

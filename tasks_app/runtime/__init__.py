@@ -13,7 +13,7 @@ from __future__ import annotations
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.effects import NotReconcilable, downstream_key, reconcile_effect
 from tasks_app.runtime.leases import redispatch_expired_leases
-from tasks_app.runtime.legs import LegOutcome, run_leg, run_waiting_legs
+from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg, run_waiting_legs
 from tasks_app.runtime.retries import dispatch_due_retries
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "TaskContext",
     "dispatch_due_retries",
     "downstream_key",
+    "job_time_limit",
     "reconcile_effect",
     "redispatch_expired_leases",
     "run_leg",

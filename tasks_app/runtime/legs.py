@@ -29,6 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
 from tasks_app import sql, transitions
@@ -45,7 +46,15 @@ from tasks_app.runtime.errors import (
     Suspended,
     TimeLimitExceeded,
 )
-from tasks_app.tools import Cancelled, ProtocolError, ToolError, get_tool, results
+from tasks_app.tools import (
+    Cancelled,
+    ProtocolError,
+    ToolError,
+    ToolSpec,
+    enabled_tools,
+    get_tool,
+    results,
+)
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -272,9 +281,25 @@ def _end(task_id: str, owner: str, leg: int, ending: Ending) -> LegOutcome:
     return ending.outcome
 
 
+def leg_time_limit(spec: ToolSpec) -> float:
+    """How long one leg of SPEC may run: its own ``time_limit``, or
+    ``TASKDESK_LEG_TIME_LIMIT_SECONDS`` for a tool that sets none."""
+    return float(spec.time_limit or settings.TASKDESK_LEG_TIME_LIMIT_SECONDS)
+
+
+def job_time_limit() -> float:
+    """Celery's hard time limit of one ``run_task_job``: the backstop for a leg that ignores
+    its own time limit (stuck in code that no alarm interrupts). A job runs its leg and then
+    may start waiting legs for ``TASKDESK_WAITING_LEGS_SECONDS``, so it allows the longest
+    leg time limit of the enabled tools twice, that, and a minute for the bookkeeping."""
+    default = float(settings.TASKDESK_LEG_TIME_LIMIT_SECONDS)
+    longest = max([leg_time_limit(spec) for spec in enabled_tools().values()] or [default])
+    return 2 * longest + float(settings.TASKDESK_WAITING_LEGS_SECONDS) + 60
+
+
 @contextmanager
 def _time_limit(ctx: TaskContext) -> Iterator[None]:
-    """Enforce the tool's ``time_limit`` on this leg.
+    """Enforce the leg's time limit (``leg_time_limit``: the tool's, or the default).
 
     Two mechanisms, because Celery's own soft time limit is fixed per job type and a single
     ``run_task_job`` serves every tool: each checkpoint compares the clock with the deadline,
@@ -283,10 +308,7 @@ def _time_limit(ctx: TaskContext) -> Iterator[None]:
     The alarm waits while the runtime itself writes to the database (``ctx.shielded``), so
     it never cuts the runtime's bookkeeping in half.
     """
-    limit = ctx.spec.time_limit
-    if not limit:
-        yield
-        return
+    limit = leg_time_limit(ctx.spec)
     ctx.time_limit = limit
     ctx.deadline = time.monotonic() + limit
     alarm = threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")

@@ -151,3 +151,21 @@ def test_postgresql_hot_path_statements_are_prepared_unless_turned_off(
     result = run_django(code, env, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
+
+
+def test_control_jobs_have_their_own_queue_and_every_job_has_time_limits() -> None:
+    from config.celery import app
+    from tasks_app import runtime, tasks
+
+    routes = app.conf.task_routes
+    for job in ("sweep_job", "heartbeat_job", "purge_expired_job", "expire_input_requests_job"):
+        assert routes[job] == {"queue": "control"}
+    assert "run_task_job" not in routes  # legs stay on the default queue
+    assert 0 < app.conf.task_soft_time_limit < app.conf.task_time_limit
+
+    tasks._leg_job_time_limits()  # what the worker does at start
+
+    assert tasks.run_task_job.time_limit == runtime.job_time_limit()
+    assert tasks.run_task_job.soft_time_limit == runtime.job_time_limit() - 30
+    # Room for a leg of the longest time limit after another one, and the waiting legs.
+    assert runtime.job_time_limit() > 2 * 7200

@@ -401,3 +401,15 @@ def test_after_its_own_leg_the_job_runs_waiting_tasks_unless_turned_off(
     first.refresh_from_db()
     other.refresh_from_db()
     assert (first.status, other.status) == (Status.COMPLETED, expected)
+
+
+def test_a_tool_without_a_time_limit_of_its_own_gets_the_default_leg_time_limit(
+    alice, settings
+) -> None:
+    settings.TASKDESK_LEG_TIME_LIMIT_SECONDS = 0.5
+    task = submit(alice, "sleeper", seconds=5)
+
+    assert leg(task) == LegOutcome.FAILED
+
+    assert task.error["data"] == {"reason": "time_limit", "timeLimitSeconds": 0.5}
+    assert "ran longer than its time limit of 0.5 s" in task.error["message"]

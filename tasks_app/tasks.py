@@ -9,8 +9,8 @@ control queue, which the ``control`` worker process consumes.
 from __future__ import annotations
 
 import logging
+import math
 import socket
-
 from typing import Any
 
 from celery import shared_task
@@ -47,7 +47,7 @@ def _leg_job_time_limits(**kwargs: Any) -> None:
     earlier. A leg's own time limit (``legs.leg_time_limit``) stops it long before either."""
     from tasks_app import runtime
 
-    hard = runtime.job_time_limit()
+    hard = math.ceil(runtime.job_time_limit())
     run_task_job.time_limit = hard
     run_task_job.soft_time_limit = hard - 30
 

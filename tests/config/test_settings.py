@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import subprocess
 import sys
@@ -165,7 +166,7 @@ def test_control_jobs_have_their_own_queue_and_every_job_has_time_limits() -> No
 
     tasks._leg_job_time_limits()  # what the worker does at start
 
-    assert tasks.run_task_job.time_limit == runtime.job_time_limit()
-    assert tasks.run_task_job.soft_time_limit == runtime.job_time_limit() - 30
+    assert tasks.run_task_job.time_limit == math.ceil(runtime.job_time_limit())
+    assert tasks.run_task_job.soft_time_limit == tasks.run_task_job.time_limit - 30
     # Room for a leg of the longest time limit after another one, and the waiting legs.
     assert runtime.job_time_limit() > 2 * 7200

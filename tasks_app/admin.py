@@ -13,7 +13,16 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from tasks_app.models import Client, ClientToken, Effect, JournalEntry, Task, TaskEvent, Tenant
+from tasks_app.models import (
+    Client,
+    ClientToken,
+    Effect,
+    JournalEntry,
+    PurgedTask,
+    Task,
+    TaskEvent,
+    Tenant,
+)
 
 
 class TenantScoped(admin.ModelAdmin[Any]):
@@ -123,3 +132,20 @@ class TaskAdmin(History, TenantScoped):
     list_select_related = ["client"]
     readonly_fields = [f.name for f in Task._meta.fields]
     inlines = [EffectInline, JournalInline, EventInline]
+
+
+@admin.register(PurgedTask)
+class PurgedTaskAdmin(History, admin.ModelAdmin[PurgedTask]):
+    """The archive of purged tasks (``manage.py export_purged_tasks`` exports it). Its lines
+    carry no tenant, only the client's id and name: superusers only."""
+
+    list_display = ["task_id", "client_name", "idempotency_key", "tool_name", "status", "purged_at"]
+    list_filter = ["status", "tool_name"]
+    search_fields = ["=task_id", "=idempotency_key", "=client_name"]
+    readonly_fields = [f.name for f in PurgedTask._meta.fields]
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return bool(request.user.is_superuser)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return bool(request.user.is_superuser)

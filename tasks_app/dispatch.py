@@ -23,7 +23,7 @@ import os
 import threading
 import time
 from collections.abc import Sequence
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import close_old_connections, connections, transaction
@@ -51,6 +51,12 @@ _MARK_EVERY_SECONDS = 0.25
 _IDLE_SECONDS = 1.0
 
 Pending = tuple[int, str]  # (dispatch id, task id)
+
+# A published record no leg consumed is published again after TASKDESK_DISPATCH_REPUBLISH_SECONDS,
+# then after twice that, four times... (``attempts`` counts its publications), up to this many
+# doublings: under a backlog, records waiting their turn in the queue are not published again
+# on every sweep.
+REPUBLISH_DOUBLINGS = 5
 
 
 def enqueue(task: Task, *, reason: str) -> Dispatch:
@@ -140,10 +146,25 @@ def _send(records: Sequence[Pending]) -> None:
             )
 
 
+def republish_due(now: datetime) -> Q:
+    """Published records whose wait for a leg is over: a record published ATTEMPTS times is
+    published again once TASKDESK_DISPATCH_REPUBLISH_SECONDS x 2^(ATTEMPTS - 1) have passed
+    since the last time (at most 2^REPUBLISH_DOUBLINGS times that)."""
+    base = settings.TASKDESK_DISPATCH_REPUBLISH_SECONDS
+    due = Q()
+    for doublings in range(REPUBLISH_DOUBLINGS):
+        since = now - timedelta(seconds=base * 2**doublings)
+        attempts = Q(attempts__lte=1) if doublings == 0 else Q(attempts=doublings + 1)
+        due |= attempts & Q(published_at__lte=since)
+    longest = now - timedelta(seconds=base * 2**REPUBLISH_DOUBLINGS)
+    return due | Q(attempts__gt=REPUBLISH_DOUBLINGS, published_at__lte=longest)
+
+
 def publish_pending(*, limit: int = 5000) -> int:
     """Publish what the sweeper must: records still unpublished after the grace period, and
     records published long ago whose message no leg consumed (the broker lost it) while
-    their task is still running. Return how many records went out."""
+    their task is still running, with backoff (``republish_due``). Return how many records
+    went out."""
     now = timezone.now()
     unpublished = Dispatch.objects.filter(
         published_at__isnull=True,
@@ -151,6 +172,7 @@ def publish_pending(*, limit: int = 5000) -> int:
     ).order_by("created_at")
     lost = (
         Dispatch.objects.filter(
+            republish_due(now),
             consumed_at__isnull=True,
             published_at__lte=now - timedelta(seconds=settings.TASKDESK_DISPATCH_REPUBLISH_SECONDS),
         )

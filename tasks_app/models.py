@@ -345,6 +345,41 @@ class DemoRefund(models.Model):
         return f"refund {self.pk} of {self.payment_id}"
 
 
+class PurgedTask(models.Model):
+    """What is left of a task after the purge (``tasks_app.retention``): one archive line per
+    purged task, so an operator can still answer "did key K of client C ever run, and how did
+    it end?". Exported with ``manage.py export_purged_tasks``. No foreign keys: the client
+    may be deleted later; its name is kept."""
+
+    task_id = models.CharField(max_length=64, unique=True)
+    # NULL for keyless tasks, as on Task.
+    idempotency_key = models.CharField(max_length=255, null=True, blank=True)  # noqa: DJ001
+    client_id = models.IntegerField()
+    client_name = models.CharField(max_length=100)
+    tool_name = models.CharField(max_length=200)
+    # The terminal status, and for a completed task whether its result was a tool error.
+    status = models.CharField(max_length=20, choices=Status.choices)
+    is_error = models.BooleanField(default=False)
+    created_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    purged_at = models.DateTimeField(db_index=True)
+
+    class Meta:
+        indexes = [
+            models.Index(fields=["client_id", "idempotency_key"], name="purged_client_key"),
+        ]
+
+    def __str__(self) -> str:
+        return f"purged {self.task_id} ({self.status})"
+
+    @property
+    def outcome(self) -> str:
+        """``completed``, ``completed_with_error``, ``failed`` or ``cancelled``."""
+        if self.status == Status.COMPLETED and self.is_error:
+            return "completed_with_error"
+        return str(self.status)
+
+
 class WorkerHeartbeat(models.Model):
     """Last sign of life of the Celery workers, written by a periodic job."""
 

@@ -78,7 +78,9 @@ def heartbeat_job() -> str:
 
 @shared_task(name="purge_expired_job")
 def purge_expired_job() -> int:
-    """Delete tasks past their TTL plus the grace period, with their keys, events and records."""
-    from tasks_app import retention
+    """Delete tasks past their TTL plus the grace period, with their keys, events and records,
+    leaving an archive line each; tasks with an effect whose outcome is unknown are kept."""
+    from tasks_app import retention, runtime
 
+    runtime.strand_intended_of_finished()
     return retention.purge_expired()

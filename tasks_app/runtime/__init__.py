@@ -11,7 +11,12 @@ task through ``tasks_app.transitions``. The import graph stays one-way: jobs (``
 from __future__ import annotations
 
 from tasks_app.runtime.context import TaskContext
-from tasks_app.runtime.effects import NotReconcilable, downstream_key, reconcile_effect
+from tasks_app.runtime.effects import (
+    NotReconcilable,
+    downstream_key,
+    reconcile_effect,
+    strand_intended_of_finished,
+)
 from tasks_app.runtime.leases import redispatch_expired_leases
 from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg, run_waiting_legs
 from tasks_app.runtime.retries import dispatch_due_retries
@@ -27,4 +32,5 @@ __all__ = [
     "redispatch_expired_leases",
     "run_leg",
     "run_waiting_legs",
+    "strand_intended_of_finished",
 ]

@@ -17,6 +17,7 @@ import logging
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from datetime import datetime
 from types import TracebackType
 from typing import Any, Literal, NoReturn, Protocol
 
@@ -26,6 +27,7 @@ from django.utils import timezone
 
 from tasks_app import transitions
 from tasks_app.models import (
+    TERMINAL_STATUSES,
     Actor,
     Effect,
     EffectState,
@@ -467,8 +469,9 @@ def reconcile_effect(
     """Record an operator's answer to "did this unknown effect happen?", with their NOTE.
 
     ``happened=True`` confirms it (the tool skips it); ``False`` makes the next leg run it
-    again with the same downstream key. A working task that was waiting for this decision
-    resumes. Raise NotReconcilable for an effect that is not ``unknown``.
+    again with the same downstream key, or, on a finished task (no leg will run again),
+    settles it as ``failed``. A working task that was waiting for this decision resumes.
+    Raise NotReconcilable for an effect that is not ``unknown``.
     """
     username = user.get_username()
     with transaction.atomic():
@@ -486,6 +489,9 @@ def reconcile_effect(
         if happened:
             effect.state, effect.settled_at = EffectState.CONFIRMED, now
             fields += ["state", "settled_at"]
+        elif task.is_terminal:
+            effect.state, effect.settled_at = EffectState.FAILED, now
+            fields += ["state", "settled_at"]
         effect.save(update_fields=fields)
         event(task, EventKind.EFFECT_RECONCILED, actor_type=Actor.OPERATOR, actor=username,
               effect=effect.name, seq=effect.seq, key=effect.downstream_key,
@@ -498,3 +504,31 @@ def reconcile_effect(
                 reason="effect_reconciled",
             )
     return effect
+
+
+def strand_intended_of_finished(*, now: datetime | None = None, limit: int = 1000) -> int:
+    """Mark ``unknown`` the effects still ``intended`` on finished, unleased tasks past their
+    purge moment: the leg that ran them stopped (or was refused its write) before recording
+    an outcome, and no leg will run again. Such a task is kept by the purge until an operator
+    reconciles the effect, and that needs it ``unknown``. Return how many were marked."""
+    now = now or timezone.now()
+    stranded = list(
+        Effect.objects.filter(
+            state=EffectState.INTENDED,
+            task__status__in=TERMINAL_STATUSES,
+            task__lease_owner="",
+            task__expires_at__lte=now,
+        ).values_list("pk", "task_id", "name", "seq", "downstream_key")[:limit]
+    )
+    marked = 0
+    for effect_id, task_id, name, seq, key in stranded:
+        with transaction.atomic():
+            if Effect.objects.filter(pk=effect_id, state=EffectState.INTENDED).update(
+                state=EffectState.UNKNOWN, updated_at=now
+            ):
+                event(Task(pk=task_id), EventKind.EFFECT_UNKNOWN, actor_type=Actor.SYSTEM,
+                      actor="retention", effect=name, seq=seq, key=key,
+                      state=EffectState.UNKNOWN,
+                      reason="its task ended before the outcome was recorded")  # fmt: skip
+                marked += 1
+    return marked

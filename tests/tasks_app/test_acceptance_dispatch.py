@@ -137,3 +137,24 @@ def test_a_replay_publishes_nothing(transactional_db, alice) -> None:
     assert dispatch.wait_for_publisher(10)
     assert broker_messages(wait=0.3) == []
     assert Task.objects.count() == Dispatch.objects.count() == 1
+
+
+def test_a_record_no_leg_consumes_is_published_again_with_backoff(db, alice, settings) -> None:
+    settings.TASKDESK_DISPATCH_REPUBLISH_SECONDS = 60
+    task = accept(alice).task
+    published = timezone.now()
+    Dispatch.objects.update(published_at=published, attempts=1)
+    record = Dispatch.objects.get(task=task)
+    # After the n-th publication the next one waits 60 s x 2^(n-1): 60, 120, 240, 480, ...
+    waits = []
+    for _ in range(4):
+        before = record.attempts
+        for seconds in range(30, 2000, 30):
+            with time_machine.travel(record.published_at + timedelta(seconds=seconds)):
+                if dispatch.publish_pending():
+                    waits.append(seconds)
+                    break
+        record.refresh_from_db()
+        assert record.attempts == before + 1
+    assert waits == [60, 120, 240, 480]
+    assert runs(broker_messages()) == [(task.pk, record.pk)] * 4

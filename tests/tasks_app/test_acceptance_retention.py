@@ -3,6 +3,9 @@ for a task's outcome."""
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import threading
 import time
 from dataclasses import replace
@@ -11,6 +14,7 @@ from typing import Any
 
 import pytest
 import time_machine
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.utils import timezone
 
@@ -22,6 +26,7 @@ from tasks_app.models import (
     EffectState,
     Era,
     JournalEntry,
+    PurgedTask,
     Status,
     Task,
     TaskEvent,
@@ -144,6 +149,85 @@ def test_purge_deletes_in_batches(alice) -> None:
     with time_machine.travel(timezone.now() + 9 * DAY):
         assert retention.purge_expired(batch=2) == 5
     assert Task.objects.count() == 0
+
+
+# --- retention never undoes idempotency, and leaves an archive ---------------------------
+
+
+def with_effect(task: Task, state: str) -> Effect:
+    return Effect.objects.create(
+        task=task, seq=0, name="charge", downstream_key=f"{task.pk}:charge:0", state=state
+    )
+
+
+@pytest.mark.parametrize("state", [EffectState.INTENDED, EffectState.UNKNOWN])
+def test_a_task_with_an_unsettled_effect_is_kept_and_its_key_stays_reserved(
+    alice, operator, state: str
+) -> None:
+    from tasks_app import runtime
+
+    task = finished(alice)
+    with_effect(task, state)
+    later = timezone.now() + 9 * DAY
+
+    with time_machine.travel(later):
+        assert purge_expired_job() == 0
+        assert submit(alice).task.pk == task.pk  # a retry finds the task: nothing runs again
+        assert list(retention.held_back()) == [task]
+    effect = Effect.objects.get(task=task)
+    # An intent left on a finished task becomes unknown, so that an operator can reconcile it.
+    assert effect.state == EffectState.UNKNOWN
+    assert not PurgedTask.objects.exists()
+
+    runtime.reconcile_effect(effect_id=effect.pk, happened=False, user=operator)
+    effect.refresh_from_db()
+    assert effect.state == EffectState.FAILED  # no leg will run it again: it did not happen
+
+    with time_machine.travel(later + timedelta(minutes=5)):
+        assert purge_expired_job() == 1
+        assert submit(alice).task.pk != task.pk
+    assert PurgedTask.objects.get().task_id == task.pk
+
+
+def test_every_purged_task_leaves_an_archive_line_that_can_be_exported(
+    alice, tmp_path, capsys
+) -> None:
+    ok = finished(alice, key="k-ok")
+    tool_error = submit(alice, key="k-err").task
+    transitions.complete(task_id=tool_error.pk, result={"content": [], "isError": True})
+    keyless = submit(alice, key=None).task
+    transitions.fail(task_id=keyless.pk, error={"code": -32603, "message": "boom"})
+    purged_at = timezone.now() + 9 * DAY
+
+    with time_machine.travel(purged_at, tick=False):
+        assert retention.purge_expired() == 3
+
+    lines = {row.task_id: row for row in PurgedTask.objects.all()}
+    assert set(lines) == {ok.pk, tool_error.pk, keyless.pk}
+    assert (lines[ok.pk].idempotency_key, lines[ok.pk].client_name) == ("k-ok", "alice")
+    assert lines[ok.pk].outcome == "completed"
+    assert lines[tool_error.pk].outcome == "completed_with_error"
+    assert (lines[keyless.pk].idempotency_key, lines[keyless.pk].outcome) == (None, "failed")
+    assert all(line.purged_at == purged_at for line in lines.values())
+
+    call_command("export_purged_tasks")
+    exported = list(csv.DictReader(io.StringIO(capsys.readouterr().out)))
+    assert {row["task_id"]: row["outcome"] for row in exported} == {
+        ok.pk: "completed",
+        tool_error.pk: "completed_with_error",
+        keyless.pk: "failed",
+    }
+    assert {row["idempotency_key"] for row in exported} == {"k-ok", "k-err", ""}
+    assert {row["client"] for row in exported} == {"alice"}
+
+    out = tmp_path / "purged.jsonl"
+    call_command("export_purged_tasks", format="jsonl", output=str(out), since="2000-01-01")
+    records = [json.loads(line) for line in out.read_text().splitlines()]
+    assert sorted(r["task_id"] for r in records) == sorted(lines)
+    call_command("export_purged_tasks", format="jsonl", client="nobody")
+    assert capsys.readouterr().out == ""
+    with pytest.raises(CommandError, match="--since must be an ISO 8601 time"):
+        call_command("export_purged_tasks", since="yesterday")
 
 
 # --- waiting for the outcome -----------------------------------------------------------

@@ -13,22 +13,59 @@ import math
 import socket
 from typing import Any
 
-from celery import shared_task
-from celery.signals import worker_init
+from celery import Task, shared_task
+from celery.signals import task_prerun, worker_init
 from django.conf import settings
+from django.db import DatabaseError, connections
 from django.utils import timezone
 
 log = logging.getLogger(__name__)
 
 
-@shared_task(name="run_task_job", acks_late=True, reject_on_worker_lost=True)
-def run_task_job(task_id: str, dispatch_id: int | None = None) -> None:
-    """Run one leg of task TASK_ID (a no-op if another leg holds its lease)."""
+# How long a leg's message waits before it is tried again when the database could not be
+# reached (an outage, a restart): the leg runs as soon as the database is back.
+DATABASE_RETRY_SECONDS = 1.0
+
+
+@task_prerun.connect
+def _drop_broken_connections(**kwargs: Any) -> None:
+    """Before every job: close this process's database connections that failed and no longer
+    work (the database restarted, or went away), so that the job opens a fresh one.
+
+    Celery's Django fixup keeps connections across jobs (``CELERY_DB_REUSE_MAX``) and then
+    checks none of them; this checks only connections that have seen an error, so a healthy
+    one costs nothing.
+    """
+    for conn in connections.all(initialized_only=True):
+        if conn.connection is not None and conn.errors_occurred:
+            if conn.is_usable():
+                conn.errors_occurred = False
+            else:
+                log.info("dropping a broken database connection (%s)", conn.alias)
+                conn.close()
+
+
+@shared_task(
+    bind=True, name="run_task_job", acks_late=True, reject_on_worker_lost=True, max_retries=None
+)
+def run_task_job(self: Task, task_id: str, dispatch_id: int | None = None) -> None:  # type: ignore[type-arg]
+    """Run one leg of task TASK_ID (a no-op if another leg holds its lease).
+
+    If the database cannot be reached, the message is sent again to run in
+    ``DATABASE_RETRY_SECONDS`` (on a fresh connection), for as long as the outage lasts: a
+    message is never dropped because the database was away when it arrived. (A leg that was
+    running when the database went away loses its lease and is re-run by the sweeper.)
+    """
     from tasks_app import runtime
 
-    runtime.run_leg(task_id=task_id, dispatch_id=dispatch_id)
-    if settings.TASKDESK_WAITING_LEGS_SECONDS > 0:
-        runtime.run_waiting_legs(seconds=settings.TASKDESK_WAITING_LEGS_SECONDS)
+    try:
+        runtime.run_leg(task_id=task_id, dispatch_id=dispatch_id)
+        if settings.TASKDESK_WAITING_LEGS_SECONDS > 0:
+            runtime.run_waiting_legs(seconds=settings.TASKDESK_WAITING_LEGS_SECONDS)
+    except DatabaseError as exc:
+        log.warning("leg of task %s waits for the database: %s", task_id, exc)
+        connections.close_all()
+        raise self.retry(exc=exc, countdown=DATABASE_RETRY_SECONDS) from None
 
 
 @shared_task(name="dispatch_retry_job")

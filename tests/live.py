@@ -455,3 +455,81 @@ class FaultProxy:
         self.server.shutdown()
         self.server.server_close()
         self.thread.join(10)
+
+
+def postgres_bin() -> Path | None:
+    """The folder of the newest installed PostgreSQL's server programs (Debian's layout)."""
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    return found[-1].parent if found else None
+
+
+class PostgresCluster:
+    """A PostgreSQL cluster of its own for a fault test to stop and start: ``initdb`` in a
+    temporary folder, its own port on loopback, its socket in that folder, no fsync. Run as
+    the ``postgres`` user when this process is root (initdb refuses root)."""
+
+    def __init__(self, port: int) -> None:
+        binary = postgres_bin()
+        assert binary is not None, "PostgreSQL's server programs are not installed"
+        self.bin = binary
+        self.port = port
+        self.root = Path(tempfile.mkdtemp(prefix="taskdesk-pg-"))
+        self.data = self.root / "data"
+        self.log = self.root / "server.log"
+        self.user = "postgres"
+        if os.geteuid() == 0:
+            import shutil
+
+            shutil.chown(self.root, user="postgres", group="postgres")
+        self._run("initdb", "-D", str(self.data), "-U", self.user, "-A", "trust", "--no-sync")
+
+    def url(self, name: str) -> str:
+        return f"postgres://{self.user}@127.0.0.1:{self.port}/{name}"
+
+    def _run(self, program: str, *args: str) -> None:
+        command = [str(self.bin / program), *args]
+        if os.geteuid() == 0:
+            command = ["runuser", "-u", "postgres", "--", *command]
+        done = subprocess.run(command, capture_output=True, text=True, check=False)
+        assert done.returncode == 0, f"{program} failed: {done.stdout}{done.stderr}"
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -k {self.root} -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=200"
+        )
+        self._run("pg_ctl", "-D", str(self.data), "-l", str(self.log), "-o", options, "-w", "start")
+
+    def stop(self) -> None:
+        """A fast shutdown: every connection is cut, as in a restart or a failover."""
+        self._run("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop")
+
+    def running(self) -> bool:
+        return port_open("127.0.0.1", self.port, timeout=0.2)
+
+    def create_database(self, name: str) -> str:
+        import psycopg
+
+        with psycopg.connect(self.url("postgres"), autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        return self.url(name)
+
+    def close(self) -> None:
+        if self.running():
+            self.stop()
+        import shutil
+
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def postgres_cluster() -> Iterator[PostgresCluster]:
+    cluster = PostgresCluster(free_port())
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.close()

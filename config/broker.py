@@ -7,6 +7,13 @@ atomic within one filesystem), and a reader claims a message by renaming it into
 the same filesystem, so two readers can never both take it and nothing is copied across
 filesystems.
 
+A claimed message stays in the claimed folder, named after the process that claimed it, until
+that process acknowledges it (or rejects it, or gives it back at a clean shutdown). A process
+killed with messages it had claimed (prefetched, or running with late acknowledgement)
+leaves their files behind; the next process that opens a channel on the folder (a worker
+starting again, any other) puts every message of a dead claimer back in its queue, so it is
+delivered again at once instead of being lost.
+
 The transport is also polled from the worker's event loop. Celery runs a prefork worker on a
 transport without one in its blocking loop, whose pool processes share one job pipe: a process
 waiting for its next job holds the pipe's lock while it waits, so one killed then (SIGKILL, the
@@ -16,8 +23,10 @@ event loop the worker gives each pool process its own pipes, as it does on Redis
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
+from functools import cache
 from queue import Empty
 from time import monotonic
 from typing import Any
@@ -27,8 +36,103 @@ from kombu.transport import filesystem
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 
+CLAIMED = "claimed"
+
+
+@cache
+def _start_time(pid: int) -> str:
+    """When process PID started (clock ticks since boot; Linux), "" where it cannot be read:
+    with the pid, it names a process even after its pid is reused."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            stat = handle.read().decode(errors="replace")
+    except OSError:
+        return ""
+    return stat.rpartition(")")[2].split()[19]
+
+
+def _claimer() -> str:
+    pid = os.getpid()
+    return f"{pid}.{_start_time(pid)}"
+
+
+def _alive(claimer: str) -> bool:
+    pid_text, _, started = claimer.partition(".")
+    try:
+        pid = int(pid_text)
+        os.kill(pid, 0)
+    except ValueError:
+        return False
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not started:
+        return True
+    _start_time.cache_clear()
+    return _start_time(pid) == started
+
 
 class Channel(filesystem.Channel):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._claimed_files: dict[str, str] = {}
+        self._no_ack_queues: set[str] = set()  # consumed without acknowledgements
+        self._restore_orphans()
+
+    @property
+    def _claimed_dir(self) -> str:
+        folder = os.path.join(os.path.dirname(self.data_folder_in.rstrip("/")), CLAIMED)
+        os.makedirs(folder, exist_ok=True)
+        return folder
+
+    def _restore_orphans(self) -> int:
+        """Put the messages claimed by processes that are gone back in their queues."""
+        restored = 0
+        claimed_dir = self._claimed_dir
+        for name in sorted(os.listdir(claimed_dir)):
+            claimer, sep, original = name.partition("~")
+            if not sep or _alive(claimer):
+                continue
+            with contextlib.suppress(FileNotFoundError):  # another process restored it
+                os.rename(
+                    os.path.join(claimed_dir, name), os.path.join(self.data_folder_in, original)
+                )
+                restored += 1
+        return restored
+
+    def _settled(self, delivery_tag: Any) -> None:
+        path = self._claimed_files.pop(str(delivery_tag), None)
+        if path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def basic_consume(self, queue: str, no_ack: bool, *args: Any, **kwargs: Any) -> Any:
+        if no_ack:
+            self._no_ack_queues.add(queue)
+        return super().basic_consume(queue, no_ack, *args, **kwargs)
+
+    def basic_get(self, queue: str, no_ack: bool = False, **kwargs: Any) -> Any:
+        if not no_ack:
+            return super().basic_get(queue, no_ack=no_ack, **kwargs)
+        self._no_ack_queues.add(queue)
+        try:
+            return super().basic_get(queue, no_ack=no_ack, **kwargs)
+        finally:
+            self._no_ack_queues.discard(queue)
+
+    def basic_ack(self, delivery_tag: Any, multiple: bool = False) -> None:
+        super().basic_ack(delivery_tag, multiple=multiple)
+        self._settled(delivery_tag)
+
+    def basic_reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        super().basic_reject(delivery_tag, requeue=requeue)  # requeue: _restore puts it back
+        self._settled(delivery_tag)
+
+    def _restore(self, message: Any) -> None:
+        super()._restore(message)  # a fresh copy in the queue
+        self._settled(message.delivery_tag)
+
     # kombu's filesystem.Channel signature, which its stubs also mark as differing from the
     # base AbstractChannel's (payload, not message); kombu passes it positionally.
     def _put(self, queue: str, payload: Any, **kwargs: Any) -> None:  # type: ignore[override]
@@ -45,22 +149,23 @@ class Channel(filesystem.Channel):
 
     def _get(self, queue: str, timeout: float | None = None) -> Any:  # timeout: never waits
         wanted = f"{queue}.msg"
-        claimed_dir = os.path.join(os.path.dirname(self.data_folder_in.rstrip("/")), "claimed")
-        os.makedirs(claimed_dir, exist_ok=True)
+        claimed_dir = self._claimed_dir
         for name in sorted(os.listdir(self.data_folder_in)):
             if name.partition(".")[2] != wanted:
                 continue
-            claimed = os.path.join(claimed_dir, name)
+            claimed = os.path.join(claimed_dir, f"{_claimer()}~{name}")
             try:
                 os.rename(os.path.join(self.data_folder_in, name), claimed)
             except FileNotFoundError:
                 continue  # another reader claimed it first
-            try:
-                with open(claimed, "rb") as handle:
-                    payload = handle.read()
-            finally:
-                os.unlink(claimed)
-            return loads(bytes_to_str(payload))
+            with open(claimed, "rb") as handle:
+                payload = loads(bytes_to_str(handle.read()))
+            tag = (payload.get("properties") or {}).get("delivery_tag")
+            if tag is None or queue in self._no_ack_queues:
+                os.unlink(claimed)  # nobody will acknowledge it: done once delivered
+            else:
+                self._claimed_files[str(tag)] = claimed
+            return payload
         raise Empty()
 
 

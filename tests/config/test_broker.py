@@ -112,3 +112,45 @@ def test_a_half_written_message_is_not_picked_up(tmp_path: Path) -> None:
 
         with pytest.raises(stdlib_queue.Empty):
             channel._get("jobs")
+
+
+def _claim_and_die(folder: str) -> None:
+    """Take one message with late acknowledgement and die (SIGKILL) before acknowledging."""
+    import os
+    import signal
+
+    with _connection(Path(folder)) as conn:
+        queue = conn.SimpleQueue("jobs")  # acknowledged by hand
+        queue.get(timeout=10)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+def test_a_message_claimed_by_a_process_that_died_unacknowledged_is_delivered_again(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "queue").mkdir()
+    _produce(str(tmp_path), 0, 2)
+    ctx = multiprocessing.get_context("spawn")
+    dead = ctx.Process(target=_claim_and_die, args=(str(tmp_path),))
+    dead.start()
+    dead.join(30)
+    assert dead.exitcode == -9
+    claimed = list((tmp_path / "claimed").iterdir())
+    assert len(claimed) == 1  # kept until acknowledged, named after its claimer
+
+    # The next process that opens the folder puts it back; a message this process claims
+    # and acknowledges is gone for good, one it has not acknowledged yet stays claimed.
+    with _connection(tmp_path) as conn:
+        queue = conn.SimpleQueue("jobs")
+        first, second = queue.get(timeout=10), queue.get(timeout=10)
+        assert sorted([first.payload["n"], second.payload["n"]]) == [0, 1]
+        assert len(list((tmp_path / "claimed").iterdir())) == 2
+        first.ack()
+        assert len(list((tmp_path / "claimed").iterdir())) == 1
+        with _connection(tmp_path) as other:  # this process is alive: nothing is restored
+            other.default_channel  # noqa: B018 - opening the channel restores orphans
+        assert len(list((tmp_path / "claimed").iterdir())) == 1
+        second.ack()
+        queue.close()
+    assert not list((tmp_path / "claimed").iterdir())
+    assert not list((tmp_path / "queue").iterdir())

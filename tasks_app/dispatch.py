@@ -30,6 +30,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
+from tasks_app import sql
 from tasks_app.models import TERMINAL_STATUSES, Dispatch, Task
 
 log = logging.getLogger(__name__)
@@ -61,7 +62,7 @@ REPUBLISH_DOUBLINGS = 5
 
 def enqueue(task: Task, *, reason: str) -> Dispatch:
     """Record that TASK needs a leg, and publish the record once the transaction commits."""
-    record = Dispatch.objects.create(task=task, reason=reason)
+    record = Dispatch.objects.create(task=task, reason=reason, tenant_id=sql.tenant_of(task))
     publish_on_commit(record.pk, task.pk)
     return record
 

@@ -294,6 +294,11 @@ class Dispatch(models.Model):
     """
 
     task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dispatches")
+    # The task's tenant, copied here so that a worker can take the oldest waiting record of
+    # each tenant through one index (``sql`` claim_next: fair claiming across tenants).
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, null=True, blank=True, db_index=False, related_name="+"
+    )
     reason = models.CharField(max_length=50)
     created_at = models.DateTimeField(auto_now_add=True)
     published_at = models.DateTimeField(null=True, blank=True)
@@ -314,6 +319,12 @@ class Dispatch(models.Model):
             # runs next (``leases.claim_next``).
             models.Index(
                 fields=["id"], condition=Q(consumed_at__isnull=True), name="dispatch_waiting"
+            ),
+            # The same per tenant: the oldest waiting record of each tenant.
+            models.Index(
+                fields=["tenant", "id"],
+                condition=Q(consumed_at__isnull=True),
+                name="dispatch_waiting_tenant",
             ),
             # The sweeper's other query: published records no leg consumed (the broker may
             # have lost their message). Consumed records leave this index.

@@ -53,6 +53,7 @@ from psycopg.types.json import Jsonb
 from tasks_app import seams
 from tasks_app.models import (
     Actor,
+    Client,
     Dispatch,
     Effect,
     EffectState,
@@ -61,6 +62,7 @@ from tasks_app.models import (
     Status,
     Task,
     TaskEvent,
+    Tenant,
     event,
 )
 
@@ -149,6 +151,17 @@ def holds(*, task_id: str, owner: str, leg: int) -> Q:
     return Q(pk=task_id, lease_owner=owner, leg=leg, lease_expires_at__gt=Now())
 
 
+def tenant_of(task: Task) -> int | None:
+    """The tenant of TASK, for its dispatch records: from its loaded client, else one query."""
+    client = task._state.fields_cache.get("client")
+    if isinstance(client, Client):
+        return client.tenant_id
+    tenant: int | None = (
+        Task.objects.filter(pk=task.pk).values_list("client__tenant_id", flat=True).first()
+    )
+    return tenant
+
+
 def _as_datetime(value: Any) -> datetime | None:
     """A lease expiry as a driver returns it (SQLite: naive, or text, in UTC) as an aware
     datetime."""
@@ -224,6 +237,8 @@ class Portable:
             "dispatch": self.q(Dispatch._meta.db_table),
             "journal": self.q(JournalEntry._meta.db_table),
             "effect": self.q(Effect._meta.db_table),
+            "client": self.q(Client._meta.db_table),
+            "tenant": self.q(Tenant._meta.db_table),
         }
 
     # The database's clock in SQL (with Django's placeholders: ``%%`` is a percent sign),
@@ -315,7 +330,9 @@ class Portable:
                 event(task, EventKind.ACCEPTED, actor_type=Actor.CLIENT, actor=actor,
                       new_status=task.status, era=task.era, carrier=carrier)  # fmt: skip
                 # Published by the caller once this commits (``dispatch.publish_on_commit``).
-                record = Dispatch.objects.create(task=task, reason="accepted")
+                record = Dispatch.objects.create(
+                    task=task, reason="accepted", tenant_id=tenant_of(task)
+                )
                 JournalEntry.objects.bulk_create(
                     JournalEntry(task=task, **{k: e[k] for k in ("seq", "kind", "name", "outcome")})
                     for e in journal
@@ -336,19 +353,43 @@ class Portable:
         with transaction.atomic(), self.db.cursor() as cursor:
             return self._claim(cursor, task_id, dispatch_id, owner, now, lease_seconds)
 
+    # Fair claiming across tenants. The candidates are the oldest waiting record of each
+    # tenant (one index lookup each: dispatch_waiting_tenant) and the oldest of none (records
+    # written before records had tenants); the next is the candidate whose tenant has the
+    # fewest legs running now, the oldest first among equals. So a tenant's backlog never
+    # starves another tenant: a tenant with nothing running goes first.
+    def _fair_next(self, *, lock: str = "") -> str:
+        t = self._tables
+        head = (
+            "(SELECT d2.id FROM {dispatch} d2 WHERE {match} AND d2.consumed_at IS NULL "
+            "ORDER BY d2.id LIMIT 1{lock})"
+        )
+        per_tenant = head.format(dispatch=t["dispatch"], match="d2.tenant_id = tn.id", lock=lock)
+        untenanted = head.format(dispatch=t["dispatch"], match="d2.tenant_id IS NULL", lock=lock)
+        running = (
+            f"SELECT c.tenant_id, count(*) AS n FROM {t['task']} rt "
+            f"JOIN {t['client']} c ON c.id = rt.client_id "
+            f"WHERE rt.status = '{Status.WORKING.value}' AND rt.lease_owner <> '' "
+            f"AND rt.lease_expires_at > {self._db_now} GROUP BY c.tenant_id"
+        )
+        return f"""
+            SELECT d.id, d.task_id FROM {t["dispatch"]} d
+            JOIN (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
+                  UNION ALL SELECT {untenanted}) heads ON heads.id = d.id
+            LEFT JOIN ({running}) running ON running.tenant_id = d.tenant_id
+            ORDER BY coalesce(running.n, 0), d.id
+            LIMIT 1"""
+
     def claim_next(
         self, *, owner: str, now: datetime, lease_seconds: float
     ) -> tuple[int, Claim | None] | None:
-        """Consume the oldest dispatch record no leg consumed and claim its task as ``claim``
-        does. None when there is no such record; else (record id, the claim or None when the
-        task was not claimable)."""
+        """Consume the next dispatch record no leg consumed (fair across tenants:
+        ``_fair_next``) and claim its task as ``claim`` does. None when there is no such
+        record; else (record id, the claim or None when the task was not claimable)."""
         with transaction.atomic():
-            record = (
-                Dispatch.objects.filter(consumed_at__isnull=True)
-                .order_by("pk")
-                .values_list("pk", "task_id")
-                .first()
-            )
+            with self.db.cursor() as cursor:
+                cursor.execute(self._fair_next(), [])  # [] : the placeholders' escapes apply
+                record = cursor.fetchone()
             if record is None:
                 return None
             dispatch_id, task_id = record
@@ -545,8 +586,10 @@ WITH new_task AS (
 ), duplicate_event AS (
     {duplicate}
 ), outbox AS (
-    INSERT INTO {t["dispatch"]} (task_id, reason, created_at, attempts)
-    SELECT id, 'accepted', %(created_at)s, 0 FROM new_task
+    INSERT INTO {t["dispatch"]} (task_id, reason, created_at, attempts, tenant_id)
+    SELECT id, 'accepted', %(created_at)s, 0,
+        (SELECT tenant_id FROM {t["client"]} WHERE id = new_task.client_id)
+    FROM new_task
     RETURNING id
 )
 SELECT new_task.*, outbox.id FROM new_task, outbox
@@ -622,16 +665,14 @@ SELECT old_task.*, NULL FROM old_task
         FROM claimed
     """
 
-    # The same for the oldest record no leg consumed; SKIP LOCKED lets two workers doing this
-    # at once take different records.
+    # The same for the next waiting record, fair across tenants (``_fair_next``); SKIP LOCKED
+    # lets two workers doing this at once take different records.
     @cached_property
     def _claim_next_sql(self) -> str:
         t = self._tables
         claimed = self._claim_cte(task="(SELECT task_id FROM consumed)", dispatch="")
         return f"""
-        WITH next AS (
-            SELECT id FROM {t["dispatch"]} WHERE consumed_at IS NULL
-            ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED
+        WITH next AS ({self._fair_next(lock=" FOR UPDATE SKIP LOCKED")}
         ), consumed AS (
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = (SELECT id FROM next)

@@ -12,7 +12,7 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from tasks_app import dispatch, runtime
-from tasks_app.models import Effect, Status, Task
+from tasks_app.models import Dispatch, Effect, Status, Task
 from tasks_app.runtime import LegOutcome, leases
 from tests.tasks_app.runtime.helpers import events, next_dispatch, submit
 
@@ -166,3 +166,35 @@ def test_the_renewer_stops_a_leg_it_could_not_renew_before_its_lease_ran_out(
     assert time.monotonic() - started < 3  # within the 1 s lease and a checkpoint, not 5 s
     assert task.status == Status.WORKING
     assert events(task) == ["leg_started"]
+
+
+# --- fair claiming across tenants --------------------------------------------------------
+
+
+def test_one_tenants_backlog_does_not_starve_another_tenant(alice, bob) -> None:
+    backlog = [submit(alice, "noop") for _ in range(5)]
+    running = leases.claim(
+        task_id=backlog[0].pk, dispatch_id=next_dispatch(backlog[0]), owner="w:1:a"
+    )
+    assert running is not None  # acme has a leg running and four tasks waiting
+    later = submit(bob, "noop")  # globex's only task, newer than all of acme's
+
+    first = leases.claim_next(owner="w:2:b")
+    assert first is not None and first[1] is not None
+    assert first[1].task.pk == later.pk  # the tenant with nothing running goes first
+
+    # Now each tenant has one leg running: the oldest waiting record goes next.
+    second = leases.claim_next(owner="w:3:c")
+    assert second is not None and second[1] is not None
+    assert second[1].task.pk == backlog[1].pk
+    # Each record is consumed once, whichever way it was taken.
+    assert Dispatch.objects.filter(consumed_at__isnull=True).count() == 3
+
+
+def test_records_written_before_records_had_tenants_are_still_taken(alice) -> None:
+    old = submit(alice, "noop")
+    Dispatch.objects.filter(task=old).update(tenant=None)
+
+    found = leases.claim_next(owner="w:1:a")
+
+    assert found is not None and found[1] is not None and found[1].task.pk == old.pk

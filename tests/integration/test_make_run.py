@@ -1,84 +1,58 @@
-"""`make run` on a checkout whose .venv exists: healthy within 60 s, a worker consuming jobs
-through the broker, and every process gone after SIGTERM to the process group."""
+"""`make run`'s supervisor (honcho, the Procfile) does not go on without a process that died:
+it says which one and stops the others."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
-import time
-from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.live import ROOT, database_url, free_port
+from tests.live import BIN, ROOT, LiveStack, stop_process, wait_for
+
+pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
-def _group_members(pgid: int) -> list[str]:
-    out = subprocess.run(
-        ["ps", "-eo", "pgid=,pid=,args="], capture_output=True, text=True, check=True
-    ).stdout
-    return [line for line in out.splitlines() if line.split(None, 1)[0] == str(pgid)]
-
-
-@pytest.mark.live
-def test_make_run_serves_health_runs_jobs_and_stops_cleanly(
-    transactional_db, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
-    port = free_port()
-    env = {
-        **os.environ,
-        "PORT": str(port),
-        "TASKDESK_VAR_DIR": str(tmp_path),
-        "DJANGO_SUPERUSER_PASSWORD": "",
-        "WEB_WORKERS": "2",
-        "WORKER_CONCURRENCY": "1",
-    }
-    env.pop("TASKDESK_BROKER_DIR", None)
-    if os.environ.get("DATABASE_URL"):
-        env["DATABASE_URL"] = database_url()  # the migrated test database of this run
-    log = open(tmp_path / "make-run.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen(
-        ["make", "run"],
-        cwd=ROOT,
-        env=env,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
+def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactional_db) -> None:
+    stack = LiveStack()  # only for its environment: a private folder, port and broker
+    stack.collect_static()
+    out = stack.tmp / "honcho.log"
+    with open(out, "wb") as log:
+        honcho = subprocess.Popen(
+            [str(BIN / "honcho"), "--no-colour", "-f", "Procfile", "-d", ".", "start"],
+            cwd=ROOT,
+            env={**stack.env, "PATH": f"{BIN}:{os.environ['PATH']}"},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
-        started = time.monotonic()
-        body = None
-        while time.monotonic() - started < 60:
-            assert proc.poll() is None, (tmp_path / "make-run.log").read_text()
-            try:
-                response = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2)
-                if response.status_code == 200:
-                    body = response.json()
-                    break
-            except httpx.TransportError:
-                pass
-            time.sleep(0.25)
-        assert body is not None, "no healthy /healthz within 60 s"
+        started = wait_for(
+            "every process to start",
+            lambda: (
+                text
+                if all(
+                    f"{n}.1 started" in (text := out.read_text())
+                    for n in ("web", "worker", "control", "beat")
+                )
+                and " ready." in text
+                else None
+            ),
+            timeout=90,
+            every=0.3,
+            explain=lambda: out.read_text()[-3000:],
+        )
+        found = re.search(r"worker\.1 started \(pid=(\d+)\)", started)
+        assert found is not None, started
+        os.kill(int(found.group(1)), signal.SIGKILL)
 
-        # Beat publishes heartbeat_job every 10 s; a worker consuming it proves the broker path.
-        while time.monotonic() - started < 90 and body["workers"]["heartbeat"] is None:
-            time.sleep(1)
-            body = httpx.get(f"http://127.0.0.1:{port}/healthz", timeout=2).json()
-        assert body["workers"]["heartbeat"] is not None, "no worker heartbeat"
-
-        output = (tmp_path / "make-run.log").read_text()
-        assert f"MCP endpoint : http://127.0.0.1:{port}/mcp" in output
-        assert f"Dashboard    : http://127.0.0.1:{port}/tasks/" in output
-        assert "Demo token   : tdk_" in output
-        assert "Operator     : operator / " in output
-        assert (tmp_path / "secret_key").stat().st_mode & 0o777 == 0o600
+        honcho.wait(60)
+        text = out.read_text()
+        assert "worker.1 stopped (rc=-9)" in text
+        assert honcho.returncode != 0
+        for name in ("web", "control", "beat"):
+            assert f"{name}.1 stopped" in text, text[-3000:]
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(30)
-        log.close()
-    deadline = time.monotonic() + 20
-    while _group_members(proc.pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    assert _group_members(proc.pid) == []
+        stop_process(honcho)

@@ -478,12 +478,12 @@ class TaskContext(ToolContext):
         total = min(retry.attempts, MAX_ATTEMPTS)
         message = f"retrying {name} (attempt {attempt} of {total}) in {delay:g} s"
         with self.shielded(), transaction.atomic():
+            task = self.owned_task()  # the fence first: a leg that lost its lease records nothing
             record(retry_at.isoformat())
-            task = self.owned_task()
             if task.cancel_requested_at is not None:
                 raise Cancelled(f"cancellation of task {self.task_id} was requested")
             transitions.set_status_message(task_id=task.pk, message=message)
-            leases.release(task.pk, self.owner)
+            leases.release(task.pk, self.owner, self.leg)
             event(
                 task,
                 EventKind.LEG_SUSPENDED,

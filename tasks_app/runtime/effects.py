@@ -196,7 +196,8 @@ class EffectScope(EffectHandle):
             # task's effects replays up to here, and this one never happened).
             raise Cancelled(f"cancellation of task {self.ctx.task_id} was requested")
         outcome.pop(RETRY_AT)
-        with self.ctx.shielded():
+        with self.ctx.shielded(), transaction.atomic():
+            self.ctx.owned_task()
             JournalEntry.objects.filter(pk=self.entry.pk).update(outcome=outcome)
         self.entry.outcome = outcome
         return self.verify is None

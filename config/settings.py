@@ -399,6 +399,19 @@ TASKDESK_DISPATCH_REPUBLISH_SECONDS = env_float(
 TASKDESK_SYNC_WAIT_SECONDS = env_float("TASKDESK_SYNC_WAIT_SECONDS", 60.0, minimum=0)
 # How long an MRTR requestState (answers collected by a synchronous call) stays valid.
 TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimum=1)
+# The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client
+# initializes again). Tasks belong to the client and are not affected.
+TASKDESK_SESSION_IDLE_SECONDS = env_int("TASKDESK_SESSION_IDLE_SECONDS", 24 * 3600, minimum=1)
+# Open SSE streams (GET streams, blocking tasks/result) one web process holds at most;
+# beyond it the answer is 503 with Retry-After. A held stream ends after
+# TASKDESK_STREAM_SECONDS (the client resumes it), with a keep-alive comment every
+# TASKDESK_KEEPALIVE_SECONDS.
+TASKDESK_MAX_STREAMS = env_int("TASKDESK_MAX_STREAMS", 64, minimum=1)
+TASKDESK_STREAM_SECONDS = env_float("TASKDESK_STREAM_SECONDS", 300.0, minimum=1)
+TASKDESK_KEEPALIVE_SECONDS = env_float("TASKDESK_KEEPALIVE_SECONDS", 15.0, minimum=0.1)
+# 2025-11-25 tasks/cancel moves the task to cancelled before it answers: how long it waits
+# for a running leg to reach its next checkpoint.
+TASKDESK_CANCEL_WAIT_SECONDS = env_float("TASKDESK_CANCEL_WAIT_SECONDS", 10.0, minimum=0)
 TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=5)
 TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")
 TASKDESK_DEMO_EXPORT_SECONDS = env_float("TASKDESK_DEMO_EXPORT_SECONDS", 3.0, minimum=0)

@@ -401,6 +401,47 @@ class WorkerHeartbeat(models.Model):
         return f"{self.hostname} @ {self.seen_at}"
 
 
+def new_session_id() -> str:
+    # Visible ASCII only (0x21-0x7E), as the 2025 transport requires of Mcp-Session-Id.
+    return secrets.token_urlsafe(24)
+
+
+class McpSession(models.Model):
+    """A session of the 2025-11-25 handshake wire (``initialize`` .. ``DELETE``).
+
+    Kept in the database so that any web process serves any session and a restart loses
+    none. A session belongs to its client; the client's tasks do not belong to the session.
+    """
+
+    id = models.CharField(primary_key=True, max_length=64, default=new_session_id, editable=False)
+    client = models.ForeignKey(Client, on_delete=models.CASCADE, related_name="mcp_sessions")
+    protocol_version = models.CharField(max_length=16)
+    capabilities = models.JSONField(default=dict, blank=True)
+    client_info = models.JSONField(default=dict, blank=True)
+    log_level = models.CharField(max_length=16, blank=True)
+    created_at = models.DateTimeField()
+    last_seen_at = models.DateTimeField(db_index=True)
+
+    def __str__(self) -> str:
+        return f"session {self.id[:8]}… of {self.client_id}"
+
+
+class McpReply(models.Model):
+    """A client's JSON-RPC response to a request the server sent on a session's stream,
+    waiting for the web process that asked (which may be another process)."""
+
+    session = models.ForeignKey(McpSession, on_delete=models.CASCADE, related_name="replies")
+    request_id = models.CharField(max_length=200)
+    body = models.JSONField()
+    created_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [models.UniqueConstraint(fields=["session", "request_id"], name="reply_once")]
+
+    def __str__(self) -> str:
+        return f"reply {self.request_id}"
+
+
 def event(
     task: Task,
     kind: EventKind,

@@ -250,6 +250,23 @@ def task_page_for_operator(
     )
 
 
+def task_page_for_client(
+    *, client: Client, cursor: Cursor | None = None, limit: int = PAGE_SIZE
+) -> tuple[list[Task], Cursor | None]:
+    """CLIENT's own tasks, newest first, LIMIT rows from CURSOR (older ones), read by keyset
+    on the (client, created_at, id) index; and the cursor of the next page, if any."""
+    qs = Task.objects.filter(client=client)
+    if cursor is not None:
+        qs = qs.filter(
+            Q(created_at__lte=cursor.created_at),
+            Q(created_at__lt=cursor.created_at) | Q(pk__lt=cursor.task_id),
+        )
+    rows_ = list(qs.order_by("-created_at", "-pk")[: limit + 1])
+    tasks = rows_[:limit]
+    more = len(rows_) > limit and tasks
+    return tasks, Cursor.of(tasks[-1], older=True) if more else None
+
+
 def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
     """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
 

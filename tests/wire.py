@@ -151,3 +151,53 @@ def wait_terminal(url: str, task_id: str, *, token: str, timeout: float = 60) ->
     return wait_for(
         f"task {task_id} to end", ended, timeout, every=0.1, explain=lambda: f"still {last}"
     )
+
+
+# --- the 2025-11-25 handshake wire ----------------------------------------------------------
+
+HANDSHAKE_VERSION = "2025-11-25"
+SESSION_HEADER = "Mcp-Session-Id"
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+
+def rpc(method: str, params: dict[str, Any] | None = None, *, id: Any = 1) -> dict[str, Any]:
+    """A bare JSON-RPC request (no ``_meta`` envelope), as the handshake wire sends it."""
+    body: dict[str, Any] = {"jsonrpc": "2.0", "id": id, "method": method}
+    if params is not None:
+        body["params"] = params
+    return body
+
+
+def initialize(
+    version: str = HANDSHAKE_VERSION, capabilities: dict[str, Any] | None = None, *, id: Any = 0
+) -> dict[str, Any]:
+    return rpc(
+        "initialize",
+        {
+            "protocolVersion": version,
+            "capabilities": {"elicitation": {}} if capabilities is None else capabilities,
+            "clientInfo": {"name": "tests", "version": "1"},
+        },
+        id=id,
+    )
+
+
+def handshake_headers(
+    session_id: str | None = None, version: str | None = HANDSHAKE_VERSION
+) -> dict[str, str | None]:
+    """The headers of a handshake-wire POST (None: not sent; the 2026 ones are dropped)."""
+    return {
+        "Accept": "application/json, text/event-stream",
+        "MCP-Protocol-Version": version,
+        SESSION_HEADER: session_id,
+        "Mcp-Method": None,
+        "Mcp-Name": None,
+    }
+
+
+def json_of(response: Any) -> dict[str, Any]:
+    """The one JSON-RPC message of a response, JSON or event stream."""
+    if response.headers.get("Content-Type", "").startswith("text/event-stream"):
+        return sse_messages(response)[-1]
+    body: dict[str, Any] = json.loads(response.content)
+    return body

@@ -32,6 +32,14 @@ class Catalog:
         return [tool.wire() for tool in self.tools.values()]
 
     @cached_property
+    def tools_wire_handshake(self) -> list[dict[str, Any]]:
+        """``tools/list`` of the 2025-11-25 wire: each tool says whether it runs as a task
+        (``execution.taskSupport``, from the same declaration the 2026 wire applies)."""
+        return [
+            {**tool.wire(), "execution": {"taskSupport": tool.task}} for tool in self.tools.values()
+        ]
+
+    @cached_property
     def prompts_wire(self) -> list[dict[str, Any]]:
         return [prompt.wire() for prompt in self.prompts.values()]
 

@@ -4,8 +4,10 @@ The transport (``views.McpView``) does what every era shares: HTTP method, Origi
 authentication, media types, body size and JSON parsing. It then asks each registered era
 whether it claims the message and hands it to the first that does. 2026-07-28 (stateless,
 per-request ``_meta`` envelope) is the default: it answers anything unclaimed, including
-unsupported versions with -32022. The 2025-11-25 handshake era plugs in here later, claiming
-``initialize``, its ``MCP-Protocol-Version`` values and ``Mcp-Session-Id`` requests.
+unsupported versions with -32022. The 2025-11-25 handshake era (``tasks_app.mcp.handshake``)
+claims ``initialize``, its ``MCP-Protocol-Version`` values and ``Mcp-Session-Id`` requests,
+and serves the ``GET`` stream and ``DELETE`` of its sessions (``other_method``): the
+stateless era has neither, so without a session those answer 405.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class ProtocolEra(abc.ABC):
-    #: Protocol versions this era serves (listed in -32022 errors and server/discover).
+    #: Protocol versions this era serves (``supported_versions`` lists every era's).
     versions: tuple[str, ...]
 
     @abc.abstractmethod
@@ -34,6 +36,14 @@ class ProtocolEra(abc.ABC):
         self, request: Request, view: APIView, message: dict[str, Any], client: Client
     ) -> HttpResponseBase:
         """Answer MESSAGE for CLIENT."""
+
+    def serves_other_method(self, request: Request) -> bool:
+        """Whether this GET or DELETE is this era's (asked before authentication)."""
+        return False
+
+    def other_method(self, request: Request, view: APIView, client: Client) -> HttpResponseBase:
+        """Answer a GET or DELETE that ``serves_other_method`` claimed."""
+        raise NotImplementedError
 
 
 _eras: list[ProtocolEra] = []
@@ -55,3 +65,11 @@ def select(request: Request, message: dict[str, Any]) -> ProtocolEra:
 
 def supported_versions() -> list[str]:
     return [v for era in _eras for v in era.versions]
+
+
+def for_other_method(request: Request) -> ProtocolEra | None:
+    """The era that serves this GET or DELETE (None: no era does, which is a 405)."""
+    for era in _eras:
+        if era.serves_other_method(request):
+            return era
+    return None

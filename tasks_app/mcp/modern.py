@@ -96,9 +96,9 @@ class ModernEra(eras.ProtocolEra):
                 "The Mcp-Method header must be present and equal the body's method"
             )
         if meta.protocol_version not in self.versions:
-            raise UnsupportedVersion(
-                requested=meta.protocol_version, supported=eras.supported_versions()
-            )
+            # The versions this wire serves: a handshake version is reached with initialize,
+            # not with the envelope, so it is not listed here.
+            raise UnsupportedVersion(requested=meta.protocol_version, supported=list(self.versions))
         spec = methods.get(method)
         if spec is None:
             raise MethodNotFound(f"Method not found: {method}")

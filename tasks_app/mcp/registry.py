@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rest_framework.views import APIView
 
     from tasks_app.mcp.envelope import Envelope
-    from tasks_app.models import Client
+    from tasks_app.models import Client, McpSession
 
 Handler = Callable[["Call"], Any]
 
@@ -37,6 +37,9 @@ class Call:
     request: Request
     view: APIView
     data: dict[str, Any] = field(default_factory=dict)
+    # The wire family: "2026-07-28" (stateless) or "2025-11-25" (handshake; ``session`` set).
+    era: str = "2026-07-28"
+    session: McpSession | None = None
 
     def header(self, name: str) -> str | None:
         return self.request.headers.get(name)
@@ -87,6 +90,14 @@ class MethodRegistry:
             return handler
 
         return register
+
+    def share(self, other: MethodRegistry, *names: str) -> None:
+        """Serve NAMES with OTHER's methods (the same function and params on both wires)."""
+        for name in names:
+            method = other._methods[name]
+            if name in self._methods:
+                raise ValueError(f"method {name} is registered twice")
+            self._methods[name] = method
 
     def get(self, name: str) -> Method | None:
         return self._methods.get(name)

@@ -97,6 +97,12 @@ class ToolsCallParams(MrtrParams):
     arguments = JSONObjectField(required=False, default=dict, null_is_empty=True)
 
 
+class HandshakeToolsCallParams(ToolsCallParams):
+    """2025-11-25 ``tools/call``: ``task: {ttl?}`` asks for a task (SEP-1686)."""
+
+    task = JSONObjectField(required=False)
+
+
 class PromptsGetParams(MrtrParams):
     name = _name()
     arguments = serializers.DictField(child=StringField(allow_blank=True), required=False)
@@ -112,6 +118,18 @@ class TaskParams(serializers.Serializer[None]):
 
 class TasksUpdateParams(TaskParams):
     inputResponses = InputResponsesField()
+
+
+class InitializeParams(serializers.Serializer[None]):
+    protocolVersion = _name(max_length=64)
+    capabilities = JSONObjectField(required=False, default=dict, null_is_empty=True)
+    clientInfo = JSONObjectField(required=False, default=dict, null_is_empty=True)
+
+
+class SetLevelParams(serializers.Serializer[None]):
+    level = serializers.ChoiceField(
+        choices=["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
+    )
 
 
 class CompletionRefSerializer(serializers.Serializer[None]):

@@ -4,9 +4,11 @@ A call that may emit notifications (the request sent a progress token or a log l
 in a worker thread. If the answer is ready before any notification, it goes back as plain
 JSON; the first notification switches the response to ``text/event-stream``, scoped to that
 one request: its notifications, then the final response (2026-07-28
-basic/transports/streamable-http.mdx, "Sending Messages to the Server"). The stream never
-carries a server-to-client request. Closing the stream cancels the call: the tool's next
-checkpoint raises ``Cancelled``.
+basic/transports/streamable-http.mdx, "Sending Messages to the Server"). A call still
+running after ``TASKDESK_KEEPALIVE_SECONDS`` switches to the stream too, and the stream
+carries a keep-alive comment after every such quiet interval. On the 2026 wire the stream
+never carries a server-to-client request; on the 2025 wire (``result_type=False``) it may.
+Closing the stream cancels the call: the tool's next checkpoint raises ``Cancelled``.
 """
 
 from __future__ import annotations
@@ -19,14 +21,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from django.conf import settings
 from django.db import connections
 from django.http import HttpResponse, StreamingHttpResponse
 
 from tasks_app.mcp.errors import InternalError, McpError
 
 log = logging.getLogger("tasks_app.mcp")
-
-KEEPALIVE_SECONDS = 15.0
 
 Emit = Callable[[dict[str, Any]], None]
 
@@ -42,8 +43,11 @@ def dumps(message: dict[str, Any]) -> bytes:
     return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode()
 
 
-def success(request_id: Any, result: dict[str, Any]) -> dict[str, Any]:
-    result.setdefault("resultType", "complete")
+def success(request_id: Any, result: dict[str, Any], *, result_type: bool = True) -> dict[str, Any]:
+    """The response carrying RESULT; ``resultType`` defaults to "complete" on the 2026 wire
+    (RESULT_TYPE false: the 2025 wire, which has no such field)."""
+    if result_type:
+        result.setdefault("resultType", "complete")
     return {"jsonrpc": "2.0", "id": request_id, "result": result}
 
 
@@ -64,14 +68,23 @@ def error_response(request_id: Any, error: McpError) -> HttpResponse:
     return json_response(failure(request_id, error), error.http_status, error.headers())
 
 
-def respond(request_id: Any, streamed: Streamed) -> HttpResponse | StreamingHttpResponse:
+def respond(
+    request_id: Any,
+    streamed: Streamed,
+    *,
+    result_type: bool = True,
+    error_status: int | None = None,
+) -> HttpResponse | StreamingHttpResponse:
+    """Run STREAMED in a thread and answer with JSON or an event stream. ERROR_STATUS, when
+    given, is the HTTP status of an error answered as JSON (the 2025 wire: 200)."""
     events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
     cancelled = threading.Event()
+    keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
 
     def work() -> None:
         try:
             result = streamed.run(lambda note: events.put(("note", note)), cancelled)
-            events.put(("done", success(request_id, result)))
+            events.put(("done", success(request_id, result, result_type=result_type)))
         except McpError as exc:
             events.put(("error", exc))
         except Exception:
@@ -82,10 +95,15 @@ def respond(request_id: Any, streamed: Streamed) -> HttpResponse | StreamingHttp
             connections.close_all()
 
     threading.Thread(target=work, name=f"mcp-call-{request_id}", daemon=True).start()
-    kind, first = events.get()
+    try:
+        kind, first = events.get(timeout=keepalive)
+    except queue.Empty:
+        kind, first = "ping", None
     if kind == "done":
         return json_response(first)
     if kind == "error":
+        if error_status is not None:
+            return json_response(failure(request_id, first), error_status, first.headers())
         return error_response(request_id, first)
 
     def stream() -> Iterator[bytes]:
@@ -93,17 +111,18 @@ def respond(request_id: Any, streamed: Streamed) -> HttpResponse | StreamingHttp
         try:
             while True:
                 kind_, payload = item
-                if kind_ == "error":
-                    payload = failure(request_id, payload)
-                yield b"event: message\ndata: " + dumps(payload) + b"\n\n"
-                if kind_ != "note":
-                    return
-                while True:
-                    try:
-                        item = events.get(timeout=KEEPALIVE_SECONDS)
-                        break
-                    except queue.Empty:
-                        yield b": ping\n\n"
+                if kind_ == "ping":
+                    yield b": ping\n\n"
+                else:
+                    if kind_ == "error":
+                        payload = failure(request_id, payload)
+                    yield b"event: message\ndata: " + dumps(payload) + b"\n\n"
+                    if kind_ != "note":
+                        return
+                try:
+                    item = events.get(timeout=keepalive)
+                except queue.Empty:
+                    item = ("ping", None)
         finally:
             cancelled.set()
 

@@ -1,9 +1,10 @@
-"""``POST /mcp``: the transport every protocol era shares.
+"""``/mcp``: the transport every protocol era shares.
 
 The view checks what does not depend on the protocol era (HTTP method, Origin, bearer token,
 media types, body size, JSON syntax) and hands the parsed message to its era
-(``tasks_app.mcp.eras``). Errors are JSON-RPC error objects with the HTTP status the
-2026-07-28 Streamable HTTP transport gives them.
+(``tasks_app.mcp.eras``). ``GET`` and ``DELETE`` go to the era that serves them (the
+2025-11-25 sessions); without one they are 405. Errors are JSON-RPC error objects with the
+HTTP status the 2026-07-28 Streamable HTTP transport gives them.
 """
 
 from __future__ import annotations
@@ -19,7 +20,8 @@ from rest_framework.renderers import BaseRenderer, JSONRenderer
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from tasks_app.mcp import eras, modern, streaming  # noqa: F401 (modern registers its era)
+# modern and handshake register their eras (handshake last: it is asked first).
+from tasks_app.mcp import eras, handshake, modern, streaming  # noqa: F401
 from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient
 from tasks_app.mcp.errors import (
     ForbiddenOrigin,
@@ -67,7 +69,9 @@ class McpView(APIView):
         return JSONRenderer(), "application/json"
 
     def initial(self, request: Request, *args: Any, **kwargs: Any) -> None:
-        if request.method != "POST":
+        if request.method != "POST" and (
+            request.method not in ("GET", "DELETE") or eras.for_other_method(request) is None
+        ):
             raise MethodNotAllowed()
         origin = request.headers.get("Origin")
         # Browsers send Origin; a page from a foreign origin must not reach a local server
@@ -81,6 +85,17 @@ class McpView(APIView):
         era = eras.select(request, message)
         client = cast(Client, request.user)  # HasClient lets only a client through
         return era.handle(request, self, message, client)
+
+    def get(self, request: Request) -> HttpResponseBase:
+        return self._other(request)
+
+    def delete(self, request: Request) -> HttpResponseBase:
+        return self._other(request)
+
+    def _other(self, request: Request) -> HttpResponseBase:
+        era = eras.for_other_method(request)
+        assert era is not None  # initial() answered 405 otherwise
+        return era.other_method(request, self, cast(Client, request.user))
 
     def _message(self, request: Request) -> dict[str, Any]:
         content_type = request.headers.get("Content-Type", "")

@@ -54,7 +54,7 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
         raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
     arguments: dict[str, Any] = call.data["arguments"]
     mirrored = catalog.current().mirrored_arguments.get(name)
-    if mirrored:
+    if mirrored and call.era == Era.MODERN:  # Mcp-Param-* headers are 2026-07-28 (SEP-2243)
         check_param_headers(call.request, mirrored, arguments)
     with_tasks = call.envelope.declares_tasks
     if tool.task == "required" and not with_tasks:
@@ -62,10 +62,10 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
     if tool.task == "forbidden" or tool.escalate:
         return _run_here(call, tool, arguments, can_escalate=tool.escalate and with_tasks)
     if with_tasks:
-        receipt = _accept(call, tool, arguments)
+        receipt = accept(call, tool, arguments)
         return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))
     if tool.requires_idempotency_key or _keyed(call, tool, arguments):
-        return _await(_accept(call, tool, arguments))
+        return _await(accept(call, tool, arguments))
     return _run_here(call, tool, arguments)
 
 
@@ -78,7 +78,7 @@ def _keyed(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> bool:
     )
 
 
-def _accept(
+def accept(
     call: Call,
     tool: ToolSpec,
     arguments: dict[str, Any],
@@ -91,7 +91,7 @@ def _accept(
             client=call.client,
             tool=tool,
             arguments=arguments,
-            era=Era.MODERN,
+            era=call.era,
             header_key=call.header(keys.HEADER),
             meta_key=call.envelope.meta.get(keys.META_KEY),
             journal=journal,
@@ -115,7 +115,7 @@ def _run_here(
         try:
             value = tool.invoke(ctx, normalized)
         except Escalate:
-            receipt = _accept(call, tool, arguments, journal=ctx.journal)
+            receipt = accept(call, tool, arguments, journal=ctx.journal)
             return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))
         except ToolError as exc:
             result = error_result(str(exc))

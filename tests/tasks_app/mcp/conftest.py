@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 from django.test import Client as HttpClient
 
-from tests.wire import headers_for, request
+from tests.wire import (
+    HANDSHAKE_VERSION,
+    SESSION_HEADER,
+    handshake_headers,
+    headers_for,
+    initialize,
+    request,
+    rpc,
+)
 
 
 class Mcp:
@@ -39,6 +47,31 @@ class Mcp:
 
     def call(self, method: str, params: dict[str, Any] | None = None, **env: Any) -> Any:
         return self.post(request(method, params, **env))
+
+
+class Session:
+    """A 2025-11-25 session opened with ``initialize`` through MCP (Django's test client)."""
+
+    def __init__(
+        self,
+        mcp: Mcp,
+        version: str = HANDSHAKE_VERSION,
+        capabilities: dict[str, Any] | None = None,
+    ) -> None:
+        self.mcp = mcp
+        response = mcp.post(
+            initialize(version, capabilities), headers=handshake_headers(None, None)
+        )
+        assert response.status_code == 200, response.content
+        self.id: str = response[SESSION_HEADER]
+        self.result: dict[str, Any] = json.loads(response.content)["result"]
+        self.version: str = self.result["protocolVersion"]
+
+    def post(self, body: Any, **headers: str | None) -> Any:
+        return self.mcp.post(body, headers={**handshake_headers(self.id, self.version), **headers})
+
+    def call(self, method: str, params: dict[str, Any] | None = None, **headers: str | None) -> Any:
+        return self.post(rpc(method, params), **headers)
 
 
 @pytest.fixture

@@ -1,0 +1,283 @@
+"""The methods of the 2025-11-25 handshake wire (``handshake_methods``).
+
+The lists, ``prompts/get``, ``resources/read`` and ``completion/complete`` are the 2026
+functions themselves (``share``); the era shapes their results. What differs gets its own
+function here, over the same store and the same helpers:
+
+- ``tools/list`` marks each tool's ``execution.taskSupport`` (the tool's own ``task``
+  declaration, which the 2026 wire applies as server policy);
+- ``tools/call`` with ``params.task`` accepts a task through the same ``accept`` (same
+  idempotency keys, scope and replay marker) and answers ``{task: {...}}``; without it, the
+  2026 synchronous path runs. ``forbidden`` with a task, or ``required`` without one, is
+  -32601 (basic/utilities/tasks.mdx, "Tool-Level Negotiation");
+- ``tasks/get`` (the task, never its result), blocking ``tasks/result``, ``tasks/list``
+  (cursor-paginated, the caller's tasks only) and ``tasks/cancel`` (-32602 on a terminal
+  task; otherwise the task is ``cancelled`` before the answer).
+
+A task belongs to its client, not to the session, and either era reads it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from django.conf import settings
+from django.db import connection
+
+from elicitations.models import Audience, InputRequest, Mode, RequestStatus
+from tasks_app import selectors, sessions, transitions
+from tasks_app.mcp import catalog, stream_slots, wire
+from tasks_app.mcp.auth import PollThrottle
+from tasks_app.mcp.envelope import Envelope
+from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, Throttled, from_code
+
+# discovery, prompts and resources register the methods shared below.
+from tasks_app.mcp.handlers import discovery, prompts, resources, tools  # noqa: F401
+from tasks_app.mcp.methods import handshake_methods, methods
+from tasks_app.mcp.registry import Call
+from tasks_app.mcp.serializers import (
+    HandshakeToolsCallParams,
+    ListParams,
+    ResourcesReadParams,
+    SetLevelParams,
+    TaskParams,
+)
+from tasks_app.mcp.streaming import Emit, Streamed
+from tasks_app.models import Actor, Era, Status, Task
+
+QUESTION_ID_PREFIX = "taskdesk-q:"
+TASKS_PAGE = 50
+
+handshake_methods.share(
+    methods,
+    "prompts/list",
+    "prompts/get",
+    "resources/list",
+    "resources/templates/list",
+    "resources/read",
+    "completion/complete",
+)
+
+
+def pause(seconds: float) -> None:
+    """Sleep without holding a database connection: a waiting request gives its connection
+    back (it opens a new one for its next read). Inside a transaction it keeps it."""
+    if not connection.in_atomic_block:
+        connection.close()
+    time.sleep(seconds)
+
+
+@handshake_methods.method("ping")
+def ping(call: Call) -> dict[str, Any]:
+    return {}
+
+
+@handshake_methods.method("logging/setLevel", params=SetLevelParams)
+def set_level(call: Call) -> dict[str, Any]:
+    assert call.session is not None
+    sessions.set_log_level(call.session, call.data["level"])
+    return {}
+
+
+# Resources never change while the server runs, so a subscription has nothing to report.
+@handshake_methods.method("resources/subscribe", params=ResourcesReadParams)
+def subscribe(call: Call) -> dict[str, Any]:
+    return {}
+
+
+@handshake_methods.method("resources/unsubscribe", params=ResourcesReadParams)
+def unsubscribe(call: Call) -> dict[str, Any]:
+    return {}
+
+
+@handshake_methods.method("tools/list", params=ListParams)
+def tools_list(call: Call) -> dict[str, Any]:
+    return {"tools": catalog.current().tools_wire_handshake}
+
+
+@handshake_methods.method("tools/call", params=HandshakeToolsCallParams)
+def tools_call(call: Call) -> dict[str, Any] | Streamed:
+    name = call.data["name"]
+    tool = catalog.current().tools.get(name)
+    if tool is None:
+        raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
+    if call.data.get("task") is not None:
+        if tool.task == "forbidden":
+            raise MethodNotFound(
+                f"Tool {name!r} does not run as a task (execution.taskSupport is "
+                '"forbidden"): call it without params.task'
+            )
+        receipt = tools.accept(call, tool, call.data["arguments"])
+        return wire.create_task_result(receipt.task, wire.receipt_meta(receipt), era=Era.LEGACY)
+    if tool.task == "required":
+        raise MethodNotFound(
+            f'Tool {name!r} runs only as a task (execution.taskSupport is "required"): '
+            'send params.task, e.g. {"task": {}}'
+        )
+    answer: dict[str, Any] | Streamed = tools.tools_call(call)
+    return answer
+
+
+# --- tasks ---------------------------------------------------------------------------------
+
+
+def _task(call: Call) -> Task:
+    task_id = call.data["taskId"]
+    try:
+        return selectors.task_get_for_client(client=call.client, task_id=task_id)
+    except selectors.TaskNotFound:
+        raise InvalidParams(f"Task {task_id} not found", data={"taskId": task_id}) from None
+
+
+@handshake_methods.method("tasks/get", params=TaskParams)
+def tasks_get(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    throttle = PollThrottle(task.pk)
+    if not throttle.allow_request(call.request, call.view):
+        raise Throttled(throttle.wait())
+    return wire.task_fields(task, Era.LEGACY)
+
+
+@handshake_methods.method("tasks/list", params=ListParams)
+def tasks_list(call: Call) -> dict[str, Any]:
+    text = call.data.get("cursor") or ""
+    cursor = None
+    if text:
+        cursor = selectors.Cursor.decode(text)
+        if cursor is None or not cursor.older:
+            raise InvalidParams(f"Invalid cursor: {text!r}", data={"cursor": text})
+    tasks, following = selectors.task_page_for_client(
+        client=call.client, cursor=cursor, limit=TASKS_PAGE
+    )
+    out: dict[str, Any] = {"tasks": [wire.task_fields(t, Era.LEGACY) for t in tasks]}
+    if following is not None:
+        out["nextCursor"] = following.encode()
+    return out
+
+
+@handshake_methods.method("tasks/cancel", params=TaskParams)
+def tasks_cancel(call: Call) -> dict[str, Any]:
+    task = _task(call)
+    if task.is_terminal:
+        status = wire.status_in(task, Era.LEGACY)
+        raise InvalidParams(
+            f"Cannot cancel task in terminal status: {status}",
+            data={"taskId": task.pk, "status": status},
+        )
+    transitions.request_cancel(task_id=task.pk, actor_type=Actor.CLIENT, actor=call.client.name)
+    # The task must be cancelled before the answer (tasks.mdx, "Task Cancellation"): a leg
+    # that is running stops at its next checkpoint, so wait for it, within a bound.
+    deadline = time.monotonic() + settings.TASKDESK_CANCEL_WAIT_SECONDS
+    while True:
+        task = Task.objects.get(pk=task.pk)
+        if task.is_terminal or time.monotonic() >= deadline:
+            return wire.task_fields(task, Era.LEGACY)
+        pause(0.05)
+
+
+def final_result(task: Task) -> dict[str, Any]:
+    """What the call would have returned: the CallToolResult, or its JSON-RPC error."""
+    if task.status == Status.COMPLETED:
+        return wire.task_result(task)
+    related = wire.related_task(task.pk)
+    if task.status == Status.FAILED:
+        error = task.error or {}
+        data = error.get("data")
+        raise from_code(
+            int(error.get("code", -32603)),
+            str(error.get("message") or task.status_message or "The task failed"),
+            {**data, **related}
+            if isinstance(data, dict)
+            else (data if data is not None else related),
+        )
+    raise InternalError(f"Task {task.pk} was cancelled before it finished", data=related)
+
+
+@handshake_methods.method("tasks/result", params=TaskParams)
+def tasks_result(call: Call) -> dict[str, Any] | Streamed:
+    task = _task(call)
+    if task.is_terminal:
+        return final_result(task)
+    slot = stream_slots.take()
+
+    def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:
+        _result_stream(task.pk, +1)
+        try:
+            with slot:
+                return _wait_for_result(call, task.pk, emit, cancelled)
+        finally:
+            _result_stream(task.pk, -1)
+
+    return Streamed(run)
+
+
+def _wait_for_result(
+    call: Call, task_id: str, emit: Emit, cancelled: threading.Event
+) -> dict[str, Any]:
+    """Block until the task is terminal. While it waits for a client's answer, send each
+    pending question as ``elicitation/create`` on this stream (once)."""
+    sent: set[str] = set()
+    delay = 0.02
+    while not cancelled.is_set():
+        task = Task.objects.filter(pk=task_id).first()
+        if task is None:
+            raise InvalidParams(f"Task {task_id} not found", data={"taskId": task_id})
+        if task.is_terminal:
+            return final_result(task)
+        if task.status == Status.INPUT_REQUIRED:
+            for question in pending_questions(task):
+                if question.key not in sent and asks_client(call.envelope, question):
+                    emit(question_request(task, question))
+                    sent.add(question.key)
+        pause(delay)
+        delay = min(delay * 1.5, 0.5)
+    raise InternalError("The client closed the stream")
+
+
+def pending_questions(task: Task) -> list[InputRequest]:
+    return list(
+        task.input_requests.filter(
+            status=RequestStatus.PENDING, audience__in=[Audience.CLIENT, Audience.ANY]
+        ).order_by("pk")
+    )
+
+
+def asks_client(envelope: Envelope, question: InputRequest) -> bool:
+    """Whether the session's client declared the elicitation mode QUESTION needs."""
+    return envelope.declares("elicitation/create", question.mode)
+
+
+# Tasks whose questions a pending tasks/result of this process delivers; the session's GET
+# stream leaves those to it.
+_result_streams: dict[str, int] = {}
+_result_lock = threading.Lock()
+
+
+def result_stream_open(task_id: str) -> bool:
+    return task_id in _result_streams
+
+
+def _result_stream(task_id: str, delta: int) -> None:
+    with _result_lock:
+        left = _result_streams.get(task_id, 0) + delta
+        if left > 0:
+            _result_streams[task_id] = left
+        else:
+            _result_streams.pop(task_id, None)
+
+
+def question_request(task: Task, question: InputRequest) -> dict[str, Any]:
+    """QUESTION as the 2025 server-to-client ``elicitation/create`` request, tagged with its
+    task; its id names the task and the question, so the answer finds them."""
+    body = wire.input_request(question)
+    params = {**body["params"], "_meta": wire.related_task(task.pk)}
+    if question.mode == Mode.URL:
+        params["elicitationId"] = f"{task.pk}:{question.key}"
+    return {
+        "jsonrpc": "2.0",
+        "id": f"{QUESTION_ID_PREFIX}{task.pk}:{question.key}",
+        "method": "elicitation/create",
+        "params": params,
+    }

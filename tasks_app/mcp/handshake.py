@@ -1,0 +1,457 @@
+"""The 2025-11-25 era: ``initialize``, sessions, the ``GET`` stream and ``DELETE``.
+
+Serves the handshake versions 2025-11-25, 2025-06-18 and 2025-03-26 (basic/lifecycle.mdx,
+basic/transports.mdx of each) beside the stateless 2026-07-28 era, over the same store.
+
+What it claims (``claims``): a POST whose body carries no 2026 ``_meta`` envelope and whose
+``MCP-Protocol-Version`` header is one of its versions, or, without that header, an
+``initialize`` or any message with an ``Mcp-Session-Id``. Everything else is the stateless
+era's: a 2026 body is judged by its envelope (a mismatching header is its -32020), and a
+stray session id beside a 2026 header is ignored.
+
+The transport rules of the 2025 wire, in the order they are checked:
+
+- ``initialize`` negotiates the version (the client's if it is one of ours, else 2025-11-25)
+  and opens a session (``tasks_app.sessions``, in the database), named in the response's
+  ``Mcp-Session-Id`` header;
+- every later request carries that header: missing -> 400, unknown, another client's or
+  idle too long -> 404 (the client initializes again);
+- ``MCP-Protocol-Version``, when sent, must be one of the handshake versions (else 400;
+  absent means 2025-03-26, as the transport says; any of ours is accepted after any
+  negotiation, as clients hard-code older values);
+- notifications and the client's responses answer 202. A response to a question of a task
+  (id ``taskdesk-q:<task>:<key>``) is that question's answer (``elicitations.transitions``,
+  first answer wins); any other response is stored for the request that waits for it;
+- errors of a method are JSON-RPC errors with HTTP 200 (the TS and Python SDKs read error
+  codes only from a 2xx body); transport errors keep their HTTP status.
+
+A synchronous call that asks the client (elicitation, sampling, roots) runs the same MRTR
+rounds as on the 2026 wire, but each round's input requests go to the client as real
+server-to-client requests on the call's SSE stream, and their answers come back as POSTed
+responses; the function then runs again with them (``_rounds``).
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+import time
+from dataclasses import replace
+from datetime import timedelta
+from typing import Any
+
+from django.conf import settings
+from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
+from django.utils import timezone
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from elicitations import transitions as elicitation_transitions
+from elicitations.models import Channel
+from tasks_app import selectors, sessions
+from tasks_app.mcp import envelope, eras, stream_slots, streaming, wire
+from tasks_app.mcp.envelope import Envelope
+from tasks_app.mcp.errors import (
+    InternalError,
+    InvalidParams,
+    InvalidRequest,
+    McpError,
+    MethodNotFound,
+    NotAcceptable,
+    from_code,
+)
+from tasks_app.mcp.handlers import discovery, handshake
+from tasks_app.mcp.headers import header
+from tasks_app.mcp.methods import handshake_methods
+from tasks_app.mcp.registry import Call, Method
+from tasks_app.mcp.serializers import InitializeParams
+from tasks_app.mcp.streaming import Emit, Streamed
+from tasks_app.models import Client, Era, McpSession, Status, Task
+
+VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
+LATEST = "2025-11-25"
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "MCP-Protocol-Version"
+SYNC_REQUEST_PREFIX = "taskdesk-s:"
+MAX_ROUNDS = 20
+# Keys the 2026 wire adds to results, which the 2025 wire does not have.
+_MODERN_ONLY = ("resultType", "ttlMs", "cacheScope")
+
+
+class SessionRequired(InvalidRequest):
+    default_message = (
+        f"Bad Request: missing {SESSION_HEADER}: send the header the initialize response "
+        "carried, or initialize first"
+    )
+
+
+class SessionNotFound(McpError):
+    code = -32001
+    http_status = 404
+    default_message = "Session not found: it ended or expired; initialize a new session"
+
+
+class BadVersionHeader(InvalidRequest):
+    pass
+
+
+def _capabilities(version: str) -> dict[str, Any]:
+    capabilities: dict[str, Any] = {
+        "tools": {"listChanged": False},
+        "prompts": {"listChanged": False},
+        "resources": {"subscribe": True, "listChanged": False},
+        "completions": {},
+        "logging": {},
+    }
+    if version == "2025-11-25":
+        # Tasks arrived in 2025-11-25 (experimental, SEP-1686); only tools/call makes them.
+        capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
+    return capabilities
+
+
+def shape(result: dict[str, Any]) -> dict[str, Any]:
+    """A result of a shared method as the 2025 wire carries it."""
+    for key in _MODERN_ONLY:
+        result.pop(key, None)
+    return result
+
+
+def _input_required(result: Any) -> bool:
+    return isinstance(result, dict) and result.get("resultType") == "input_required"
+
+
+def _rpc_error(request_id: Any, error: McpError) -> HttpResponse:
+    """A method's error: HTTP 200 with the JSON-RPC error (429 keeps its status)."""
+    status = error.http_status if error.http_status == 429 else 200
+    return streaming.json_response(streaming.failure(request_id, error), status, error.headers())
+
+
+class HandshakeEra(eras.ProtocolEra):
+    versions = VERSIONS
+
+    def claims(self, request: Request, message: dict[str, Any]) -> bool:
+        params = message.get("params")
+        meta = params.get("_meta") if isinstance(params, dict) else None
+        if isinstance(meta, dict) and envelope.PROTOCOL_VERSION in meta:
+            return False  # the body speaks 2026-07-28, whatever the headers say
+        version = request.headers.get(VERSION_HEADER)
+        if version is not None:
+            return version.strip() in self.versions
+        return message.get("method") == "initialize" or SESSION_HEADER in request.headers
+
+    # --- POST ------------------------------------------------------------------------------
+
+    def handle(
+        self, request: Request, view: APIView, message: dict[str, Any], client: Client
+    ) -> HttpResponseBase:
+        request_id: str | int | None = None
+        try:
+            if "id" in message:
+                request_id = _request_id(message)
+            if "method" not in message:
+                return self._reply(request, message, client)
+            method = message["method"]
+            if not isinstance(method, str) or not method:
+                raise InvalidRequest("method must be a non-empty string")
+            if method == "initialize":
+                if request_id is None:
+                    raise InvalidRequest("initialize is a request: it needs an id")
+                return self._initialize(request_id, message, client)
+            session = self._session(request, client)
+            if request_id is None:
+                return HttpResponse(status=202)  # notifications/initialized and the others
+            return self._answer(request, view, message, method, request_id, client, session)
+        except McpError as exc:
+            return streaming.error_response(request_id, exc)
+
+    def _initialize(
+        self, request_id: str | int, message: dict[str, Any], client: Client
+    ) -> HttpResponseBase:
+        params = message.get("params")
+        if not isinstance(params, dict):
+            return _rpc_error(request_id, InvalidParams("initialize needs params"))
+        try:
+            data = Method("initialize", lambda call: None, InitializeParams, None).validate(params)
+        except McpError as exc:
+            return _rpc_error(request_id, exc)
+        requested = data["protocolVersion"]
+        version = requested if requested in VERSIONS else LATEST
+        session = sessions.open_session(
+            client=client,
+            protocol_version=version,
+            capabilities=data["capabilities"],
+            client_info=data["clientInfo"],
+        )
+        result = {
+            "protocolVersion": version,
+            "capabilities": _capabilities(version),
+            "serverInfo": discovery.server_info(),
+            "instructions": (
+                "Long-running tools run as durable tasks: call them with params.task, then "
+                "tasks/get or tasks/result. Send an Idempotency-Key header to make a retry "
+                "return the same task."
+            ),
+        }
+        response = streaming.json_response(streaming.success(request_id, result, result_type=False))
+        response[SESSION_HEADER] = session.pk
+        return response
+
+    def _session(self, request: Request, client: Client) -> McpSession:
+        session_id = header(request, SESSION_HEADER)
+        if not session_id:
+            raise SessionRequired()
+        version = header(request, VERSION_HEADER)
+        if version is not None and version not in VERSIONS:
+            raise BadVersionHeader(
+                f"Bad Request: unsupported {VERSION_HEADER} {version!r}; this session speaks "
+                f"{', '.join(VERSIONS)}"
+            )
+        session = sessions.live_session(client=client, session_id=session_id)
+        if session is None:
+            raise SessionNotFound()
+        return session
+
+    def _reply(self, request: Request, message: dict[str, Any], client: Client) -> HttpResponse:
+        """A client's response to a request the server sent on one of its streams."""
+        session = self._session(request, client)
+        if "result" not in message and "error" not in message:
+            raise InvalidRequest("A message without a method must be a response (result or error)")
+        reply_id = message.get("id")
+        if isinstance(reply_id, str) and reply_id.startswith(handshake.QUESTION_ID_PREFIX):
+            _answer_question(reply_id, message, client)
+        elif isinstance(reply_id, str | int) and not isinstance(reply_id, bool):
+            sessions.store_reply(session=session, request_id=str(reply_id), body=message)
+        return HttpResponse(status=202)
+
+    def _answer(
+        self,
+        request: Request,
+        view: APIView,
+        message: dict[str, Any],
+        method: str,
+        request_id: str | int,
+        client: Client,
+        session: McpSession,
+    ) -> HttpResponseBase:
+        try:
+            params = message.get("params")
+            if params is None:
+                params = {}
+            if not isinstance(params, dict):
+                raise InvalidParams("params must be an object")
+            spec = handshake_methods.get(method)
+            if spec is None:
+                raise MethodNotFound(f"Method not found: {method}")
+            meta = params.get("_meta")
+            call = Call(
+                id=request_id,
+                method=method,
+                params=params,
+                envelope=session_envelope(session, meta if isinstance(meta, dict) else {}),
+                client=client,
+                request=request,
+                view=view,
+                data=spec.validate(params),
+                era=Era.LEGACY,
+                session=session,
+            )
+            result = spec.handler(call)
+        except McpError as exc:
+            return _rpc_error(request_id, exc)
+        if isinstance(result, Streamed) or _input_required(result):
+            first = result
+
+            def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:
+                return _rounds(call, spec, first, emit, cancelled)
+
+            return streaming.respond(request_id, Streamed(run), result_type=False, error_status=200)
+        return streaming.json_response(
+            streaming.success(request_id, shape(result), result_type=False)
+        )
+
+    # --- GET and DELETE --------------------------------------------------------------------
+
+    def serves_other_method(self, request: Request) -> bool:
+        return SESSION_HEADER in request.headers  # no session: the stateless wire's 405
+
+    def other_method(self, request: Request, view: APIView, client: Client) -> HttpResponseBase:
+        try:
+            session = self._session(request, client)
+            if request.method == "DELETE":
+                sessions.end_session(session)
+                return HttpResponse(status=204)
+            accept = request.headers.get("Accept", "")
+            if "text/event-stream" not in accept and "*/*" not in accept:
+                raise NotAcceptable("The GET stream needs Accept: text/event-stream")
+            return _session_stream(session, client, stream_slots.take())
+        except McpError as exc:
+            return streaming.error_response(None, exc)
+
+
+def _request_id(message: dict[str, Any]) -> str | int:
+    request_id = message["id"]
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        raise InvalidRequest("id must be a string or an integer")
+    return request_id
+
+
+def session_envelope(session: McpSession, meta: dict[str, Any]) -> Envelope:
+    """The session's negotiated version and capabilities as the handlers read them (the
+    2026 wire sends them per request). The session's log level applies to every call."""
+    token = meta.get("progressToken")
+    if isinstance(token, bool) or not isinstance(token, str | int):
+        token = None
+    return Envelope(
+        protocol_version=session.protocol_version,
+        capabilities=session.capabilities or {},
+        client_info=session.client_info or None,
+        log_level=session.log_level or None,
+        progress_token=token,
+        meta=meta,
+    )
+
+
+# --- synchronous calls that ask the client -----------------------------------------------
+
+
+def _rounds(
+    call: Call, spec: Method, first: Any, emit: Emit, cancelled: threading.Event
+) -> dict[str, Any]:
+    """Run CALL's MRTR rounds inside this one request: send each round's input requests to
+    the client on this stream, wait for the answers, and run the method again with them."""
+    result = first
+    for _ in range(MAX_ROUNDS):
+        if isinstance(result, Streamed):
+            result = result.run(emit, cancelled)
+        if not _input_required(result):
+            return shape(result)
+        assert call.session is not None
+        answers = _ask(call.session, result.get("inputRequests") or {}, emit, cancelled)
+        params = {**call.params, "inputResponses": answers}
+        if result.get("requestState"):
+            params["requestState"] = result["requestState"]
+        call = replace(call, params=params, data=spec.validate(params))
+        result = spec.handler(call)
+    raise InternalError(f"The call asked the client more than {MAX_ROUNDS} times")
+
+
+def _ask(
+    session: McpSession,
+    requests: dict[str, dict[str, Any]],
+    emit: Emit,
+    cancelled: threading.Event,
+) -> dict[str, Any]:
+    round_id = secrets.token_urlsafe(9)
+    ids = {f"{SYNC_REQUEST_PREFIX}{round_id}:{key}": key for key in requests}
+    for request_id, key in ids.items():
+        body = requests[key]
+        params = dict(body.get("params") or {})
+        if body.get("method") == "elicitation/create" and params.get("mode") == "url":
+            params["elicitationId"] = request_id
+        emit({"jsonrpc": "2.0", "id": request_id, "method": body["method"], "params": params})
+    deadline = time.monotonic() + settings.TASKDESK_SYNC_WAIT_SECONDS
+    answers: dict[str, Any] = {}
+    delay = 0.02
+    while len(answers) < len(ids):
+        if cancelled.is_set():
+            raise InternalError("The client closed the stream")
+        if time.monotonic() > deadline:
+            raise InternalError(
+                f"The client did not answer {', '.join(k for k in requests if k not in answers)} "
+                f"within {settings.TASKDESK_SYNC_WAIT_SECONDS:g} s"
+            )
+        replies = sessions.take_replies(
+            session_id=session.pk, request_ids=[i for i, k in ids.items() if k not in answers]
+        )
+        for request_id, reply in replies.items():
+            error = reply.get("error")
+            if isinstance(error, dict):
+                raise from_code(
+                    int(error.get("code", -32603)),
+                    f"The client answered {requests[ids[request_id]].get('method')} with an "
+                    f"error: {error.get('message', '')}",
+                    error.get("data"),
+                )
+            result = reply.get("result")
+            answers[ids[request_id]] = result if isinstance(result, dict) else {}
+        if len(answers) < len(ids):
+            handshake.pause(delay)
+            delay = min(delay * 1.5, 0.25)
+    return answers
+
+
+def _answer_question(reply_id: str, message: dict[str, Any], client: Client) -> None:
+    """A response to a task's ``elicitation/create``: the question's answer (first wins)."""
+    task_id, _, key = reply_id[len(handshake.QUESTION_ID_PREFIX) :].partition(":")
+    result = message.get("result")
+    if not key or not isinstance(result, dict):
+        return  # an error response leaves the question pending (the inbox may answer it)
+    try:
+        task = selectors.task_get_for_client(client=client, task_id=task_id)
+    except selectors.TaskNotFound:
+        return
+    elicitation_transitions.answer(
+        task=task, key=key, response=result, channel=Channel.LEGACY_ELICIT, client=client
+    )
+
+
+# --- the GET stream ----------------------------------------------------------------------
+
+
+def _session_stream(
+    session: McpSession, client: Client, slot: stream_slots.Slot
+) -> StreamingHttpResponse:
+    """The standalone server-to-client stream: ``notifications/tasks/status`` for the
+    client's tasks that change while it is open, and the questions of its tasks that no
+    ``tasks/result`` stream carries. It ends after ``TASKDESK_STREAM_SECONDS`` (the client
+    opens a new one), with a keep-alive comment after each quiet interval."""
+    envelope_ = session_envelope(session, {})
+
+    def events() -> Any:
+        try:
+            yield b": stream open\n\n"
+            since = timezone.now() - timedelta(milliseconds=1)
+            ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
+            keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
+            quiet_since = time.monotonic()
+            sent: set[tuple[str, str]] = set()
+            while time.monotonic() < ends:
+                changed = list(
+                    Task.objects.filter(client=client, updated_at__gt=since).order_by("updated_at")
+                )
+                for task in changed:
+                    since = max(since, task.updated_at)
+                    note = {
+                        "jsonrpc": "2.0",
+                        "method": "notifications/tasks/status",
+                        "params": wire.task_fields(task, Era.LEGACY),
+                    }
+                    yield b"event: message\ndata: " + streaming.dumps(note) + b"\n\n"
+                    quiet_since = time.monotonic()
+                waiting = Task.objects.filter(client=client, status=Status.INPUT_REQUIRED)
+                for task in waiting:
+                    if handshake.result_stream_open(task.pk):
+                        continue  # its tasks/result stream carries the questions
+                    for question in handshake.pending_questions(task):
+                        if (task.pk, question.key) in sent or not handshake.asks_client(
+                            envelope_, question
+                        ):
+                            continue
+                        body = handshake.question_request(task, question)
+                        yield b"event: message\ndata: " + streaming.dumps(body) + b"\n\n"
+                        sent.add((task.pk, question.key))
+                        quiet_since = time.monotonic()
+                if time.monotonic() - quiet_since >= keepalive:
+                    yield b": ping\n\n"
+                    quiet_since = time.monotonic()
+                handshake.pause(min(1.0, keepalive))
+        finally:
+            slot.close()
+
+    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+eras.register(HandshakeEra())

@@ -1,0 +1,366 @@
+"""The 2025-11-25 handshake era in-process: initialize, sessions, the header rules, tools and
+tasks on the same store as the 2026 wire.
+
+No worker runs here: tasks are moved along with the transitions the runtime calls. The live
+test (tests/integration/test_handshake_http.py) runs the same flow through real processes.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from tasks_app import transitions
+from tasks_app.mcp import stream_slots
+from tasks_app.models import Era, McpSession, Status, Task
+from tests.tasks_app.mcp.conftest import Session
+from tests.wire import (
+    RELATED_TASK,
+    REPLAYED_META,
+    SESSION_HEADER,
+    handshake_headers,
+    initialize,
+    json_of,
+    request,
+    result_of,
+    rpc,
+)
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+VISIBLE_ASCII = re.compile(r"^[\x21-\x7e]+$")
+EXPORT = {"quarter": "Q3", "format": "csv", "rows": 10}
+
+
+def ok(response) -> dict:  # type: ignore[no-untyped-def]
+    assert response.status_code == 200, response.content
+    body = json_of(response)
+    assert "result" in body, body
+    assert "resultType" not in body["result"]
+    return body["result"]  # type: ignore[no-any-return]
+
+
+def rpc_error(response) -> dict:  # type: ignore[no-untyped-def]
+    # Method errors travel with HTTP 200 on this wire: the SDKs read codes from 2xx bodies.
+    assert response.status_code == 200, response.content
+    body = json_of(response)
+    assert "error" in body, body
+    return body["error"]  # type: ignore[no-any-return]
+
+
+def create(
+    session: Session, name: str = "slow_echo", arguments: dict | None = None, **headers
+) -> dict:  # type: ignore[no-untyped-def]
+    params = {
+        "name": name,
+        "arguments": arguments or {"text": "hi", "seconds": 5},
+        "task": {"ttl": 60000},
+    }
+    return ok(session.call("tools/call", params, **headers))["task"]  # type: ignore[no-any-return]
+
+
+# --- initialize and sessions -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("asked", "answered"),
+    [
+        ("2025-11-25", "2025-11-25"),
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2024-11-05", "2025-11-25"),
+        ("2099-01-01", "2025-11-25"),
+    ],
+)
+def test_initialize_negotiates_the_version(mcp, asked, answered) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp, asked)
+    assert session.version == answered
+    assert VISIBLE_ASCII.match(session.id)
+    stored = McpSession.objects.get(pk=session.id)
+    assert stored.client.name == "alice" and stored.protocol_version == answered
+    assert session.result["serverInfo"]["name"] == "taskdesk"
+    capabilities = session.result["capabilities"]
+    assert {"tools", "prompts", "resources", "logging", "completions"} <= set(capabilities)
+    if answered == "2025-11-25":
+        assert capabilities["tasks"] == {
+            "list": {},
+            "cancel": {},
+            "requests": {"tools": {"call": {}}},
+        }
+    else:
+        assert "tasks" not in capabilities  # tasks arrived in 2025-11-25
+
+
+def test_initialized_notification_and_ping(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    note = session.post({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    assert note.status_code == 202 and note.content == b""
+    assert ok(session.call("ping")) == {}
+
+
+def test_an_initialize_with_the_2026_envelope_is_the_stateless_eras(mcp) -> None:  # type: ignore[no-untyped-def]
+    # The stateless wire has no initialize: 404 with -32601, as its conformance set asks.
+    response = mcp.post(request("initialize", {}))
+    assert response.status_code == 404 and json.loads(response.content)["error"]["code"] == -32601
+
+
+def test_session_rules(mcp, bob_mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    missing = mcp.post(rpc("ping"), headers=handshake_headers(None))
+    assert missing.status_code == 400
+    assert "Mcp-Session-Id" in json.loads(missing.content)["error"]["message"]
+    unknown = mcp.post(rpc("ping"), headers=handshake_headers("no-such-session"))
+    assert unknown.status_code == 404
+    # Another client's session is unknown to this one.
+    assert bob_mcp.post(rpc("ping"), headers=handshake_headers(session.id)).status_code == 404
+    # Any handshake version is accepted in the header after any negotiation; no header
+    # means 2025-03-26; another value is not this era's (400).
+    assert ok(session.call("ping", **{"MCP-Protocol-Version": "2025-03-26"})) == {}
+    assert ok(session.call("ping", **{"MCP-Protocol-Version": None})) == {}
+    assert session.call("ping", **{"MCP-Protocol-Version": "1999-01-01"}).status_code == 400
+
+
+def test_idle_sessions_expire(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_SESSION_IDLE_SECONDS = 1
+    session = Session(mcp)
+    assert ok(session.call("ping")) == {}
+    McpSession.objects.filter(pk=session.id).update(
+        last_seen_at=timezone.now() - timedelta(seconds=2)
+    )
+    assert session.call("ping").status_code == 404
+    assert not McpSession.objects.filter(pk=session.id).exists()
+
+
+def test_use_keeps_a_session_alive(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_SESSION_IDLE_SECONDS = 100
+    session = Session(mcp)
+    old = timezone.now() - timedelta(seconds=50)
+    McpSession.objects.filter(pk=session.id).update(last_seen_at=old)
+    assert ok(session.call("ping")) == {}
+    assert McpSession.objects.get(pk=session.id).last_seen_at > old
+
+
+def test_delete_ends_the_session_and_not_the_tasks(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    task = create(session)
+    ended = mcp.http.delete(
+        "/mcp",
+        headers={"Authorization": f"Bearer {mcp.token}", SESSION_HEADER: session.id},
+    )
+    assert ended.status_code == 204
+    assert session.call("ping").status_code == 404
+    # The task is the client's: a new session reads it.
+    assert ok(Session(mcp).call("tasks/get", {"taskId": task["taskId"]}))["status"] == "working"
+
+
+def test_get_and_delete_without_a_session_are_405(mcp) -> None:  # type: ignore[no-untyped-def]
+    auth = {"Authorization": f"Bearer {mcp.token}"}
+    assert mcp.http.get("/mcp", headers=auth).status_code == 405
+    assert mcp.http.delete("/mcp", headers=auth).status_code == 405
+
+
+def test_the_get_stream_is_bounded_per_process(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_MAX_STREAMS = 1
+    session = Session(mcp)
+    headers = {
+        "Authorization": f"Bearer {mcp.token}",
+        SESSION_HEADER: session.id,
+        "Accept": "text/event-stream",
+    }
+    with stream_slots.take():
+        refused = mcp.http.get("/mcp", headers=headers)
+        assert refused.status_code == 503 and refused["Retry-After"] == "5"
+    settings.TASKDESK_STREAM_SECONDS = 1
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.2
+    stream = mcp.http.get("/mcp", headers=headers)
+    assert stream.status_code == 200 and stream["Content-Type"] == "text/event-stream"
+    body = b"".join(stream.streaming_content)
+    assert b": ping" in body  # keep-alive comments; the stream then ends (the client resumes)
+    assert stream_slots.held() == 0
+
+
+def test_logging_set_level(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    assert ok(session.call("logging/setLevel", {"level": "debug"})) == {}
+    assert McpSession.objects.get(pk=session.id).log_level == "debug"
+    assert rpc_error(session.call("logging/setLevel", {"level": "loud"}))["code"] == -32602
+
+
+# --- tools -----------------------------------------------------------------------------------
+
+
+def test_tools_list_marks_task_support(mcp) -> None:  # type: ignore[no-untyped-def]
+    tools = {t["name"]: t for t in ok(Session(mcp).call("tools/list"))["tools"]}
+    assert tools["export_report"]["execution"] == {"taskSupport": "required"}
+    assert tools["slow_echo"]["execution"] == {"taskSupport": "optional"}
+    assert tools["greet"]["execution"] == {"taskSupport": "forbidden"}
+    assert "ttlMs" not in tools and all("inputSchema" in t for t in tools.values())
+
+
+def test_a_task_call_returns_a_nested_create_task_result(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    task = create(session)
+    assert task["status"] == "working"
+    assert task["ttl"] == 7 * 24 * 3600 * 1000 and task["pollInterval"] == 1000
+    assert "ttlMs" not in task and "pollIntervalMs" not in task
+    row = Task.objects.get(pk=task["taskId"])
+    assert row.era == Era.LEGACY and row.client.name == "alice"
+
+
+def test_task_support_is_enforced(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    required = session.call("tools/call", {"name": "export_report", "arguments": EXPORT})
+    assert rpc_error(required)["code"] == -32601
+    forbidden = session.call(
+        "tools/call", {"name": "greet", "arguments": {"name": "x"}, "task": {}}
+    )
+    assert rpc_error(forbidden)["code"] == -32601
+    assert Task.objects.count() == 0
+    # A synchronous call where the tool allows one.
+    text = ok(session.call("tools/call", {"name": "greet", "arguments": {"name": "Ann"}}))
+    assert text["content"][0]["text"] == "Hello, Ann!"
+    unknown = session.call("tools/call", {"name": "nope", "arguments": {}})
+    assert rpc_error(unknown)["code"] == -32602
+
+
+def test_idempotency_keys_are_the_clients_not_the_sessions(mcp, bob_mcp) -> None:  # type: ignore[no-untyped-def]
+    first = Session(mcp)
+    params = {"name": "export_report", "arguments": EXPORT, "task": {}}
+    created = ok(first.call("tools/call", params, **{"Idempotency-Key": "q3"}))
+    assert created["_meta"][REPLAYED_META] is False
+    # A retry in a new session: the same task, marked as a replay.
+    again = ok(Session(mcp).call("tools/call", params, **{"Idempotency-Key": "q3"}))
+    assert again["task"]["taskId"] == created["task"]["taskId"]
+    assert again["_meta"][REPLAYED_META] is True
+    # The same key in _meta is the same key.
+    meta = {**params, "_meta": {"dev.taskdesk/idempotencyKey": "q3"}}
+    assert ok(first.call("tools/call", meta))["task"]["taskId"] == created["task"]["taskId"]
+    # Other arguments under the key: refused, nothing written.
+    reused = first.call(
+        "tools/call", {**params, "arguments": {**EXPORT, "rows": 11}}, **{"Idempotency-Key": "q3"}
+    )
+    assert rpc_error(reused)["data"]["reason"] == "idempotency_key_reused"
+    # Keyless: a required key is asked for, saying how to send it.
+    keyless = rpc_error(first.call("tools/call", params))
+    assert "Idempotency-Key" in keyless["message"]
+    # Another client's same key is its own task.
+    other = ok(Session(bob_mcp).call("tools/call", params, **{"Idempotency-Key": "q3"}))
+    assert other["task"]["taskId"] != created["task"]["taskId"]
+    assert Task.objects.count() == 2
+
+
+# --- tasks -------------------------------------------------------------------------------------
+
+
+def test_tasks_get_result_and_cancel(mcp, bob_mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    task = create(session)
+    got = ok(session.call("tasks/get", {"taskId": task["taskId"]}))
+    assert got["taskId"] == task["taskId"] and got["status"] == "working"
+    assert "result" not in got
+    # Another client's task answers like an unknown one.
+    foreign = Session(bob_mcp).call("tasks/get", {"taskId": task["taskId"]})
+    assert rpc_error(foreign)["code"] == -32602
+    transitions.complete(
+        task_id=task["taskId"], result={"content": [{"type": "text", "text": "hi"}]}
+    )
+    assert ok(session.call("tasks/get", {"taskId": task["taskId"]}))["status"] == "completed"
+    result = ok(session.call("tasks/result", {"taskId": task["taskId"]}))
+    assert result["content"] == [{"type": "text", "text": "hi"}]
+    assert result["_meta"][RELATED_TASK] == {"taskId": task["taskId"]}
+    terminal = rpc_error(session.call("tasks/cancel", {"taskId": task["taskId"]}))
+    assert terminal["code"] == -32602 and "completed" in terminal["message"]
+
+
+def test_a_tool_error_is_failed_in_this_era_and_completed_in_2026(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    task = create(session)
+    error = {"content": [{"type": "text", "text": "no"}], "isError": True}
+    transitions.complete(task_id=task["taskId"], result=error)
+    assert ok(session.call("tasks/get", {"taskId": task["taskId"]}))["status"] == "failed"
+    result = ok(session.call("tasks/result", {"taskId": task["taskId"]}))
+    assert result["isError"] is True and result["content"][0]["text"] == "no"
+    modern = result_of(mcp.call("tasks/get", {"taskId": task["taskId"]}, tasks=True))
+    assert modern["status"] == "completed" and modern["result"]["isError"] is True
+
+
+def test_a_failed_task_gives_its_error(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    task = create(session)
+    transitions.fail(task_id=task["taskId"], error={"code": -32603, "message": "broken"})
+    error = rpc_error(session.call("tasks/result", {"taskId": task["taskId"]}))
+    assert (error["code"], error["message"]) == (-32603, "broken")
+    assert error["data"][RELATED_TASK] == {"taskId": task["taskId"]}
+
+
+def test_cancel_moves_the_task_to_cancelled_before_answering(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    task = create(session)
+    cancelled = ok(session.call("tasks/cancel", {"taskId": task["taskId"]}))
+    assert cancelled["status"] == "cancelled" and cancelled["taskId"] == task["taskId"]
+    assert Task.objects.get(pk=task["taskId"]).status == Status.CANCELLED
+
+
+def test_tasks_list_pages_through_the_clients_own_tasks(mcp, bob_mcp, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.mcp.handlers import handshake as handlers
+
+    monkeypatch.setattr(handlers, "TASKS_PAGE", 2)
+    session = Session(mcp)
+    made = [create(session)["taskId"] for _ in range(3)]
+    # A task created on the 2026 wire is the same client's, and listed too.
+    modern = result_of(
+        mcp.call("tools/call", {"name": "slow_echo", "arguments": {"text": "x"}}, tasks=True)
+    )
+    made.append(modern["taskId"])
+    first = ok(session.call("tasks/list"))
+    assert len(first["tasks"]) == 2 and "nextCursor" in first
+    second = ok(session.call("tasks/list", {"cursor": first["nextCursor"]}))
+    assert "nextCursor" not in second
+    listed = [t["taskId"] for t in first["tasks"] + second["tasks"]]
+    assert sorted(listed) == sorted(made) and len(set(listed)) == 4
+    assert ok(Session(bob_mcp).call("tasks/list")) == {"tasks": []}
+    assert rpc_error(session.call("tasks/list", {"cursor": "garbage"}))["code"] == -32602
+
+
+def test_tasks_are_read_from_either_era(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    legacy = create(session)["taskId"]
+    modern = result_of(
+        mcp.call("tools/call", {"name": "slow_echo", "arguments": {"text": "x"}}, tasks=True)
+    )["taskId"]
+    assert ok(session.call("tasks/get", {"taskId": modern}))["status"] == "working"
+    assert result_of(mcp.call("tasks/get", {"taskId": legacy}, tasks=True))["status"] == "working"
+
+
+def test_blocking_result_waits_for_the_end(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.2
+    session = Session(mcp)
+    task = create(session)
+    done = {"content": [{"type": "text", "text": "late"}]}
+    timer = threading.Timer(1.0, lambda: transitions.complete(task_id=task["taskId"], result=done))
+    timer.start()
+    try:
+        response = session.call("tasks/result", {"taskId": task["taskId"]})
+        # Still running after the keep-alive interval: the answer became an event stream,
+        # with keep-alive comments until the result.
+        assert response["Content-Type"] == "text/event-stream"
+        raw = b"".join(response.streaming_content).decode()
+        assert ": ping" in raw
+        last = [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")][-1]
+        assert last["result"]["content"] == [{"type": "text", "text": "late"}]
+        assert last["result"]["_meta"][RELATED_TASK] == {"taskId": task["taskId"]}
+    finally:
+        timer.join()
+    assert stream_slots.held() == 0
+
+
+def test_initialize_is_refused_clearly_without_params(mcp) -> None:  # type: ignore[no-untyped-def]
+    body = initialize()
+    del body["params"]["protocolVersion"]
+    assert rpc_error(mcp.post(body, headers=handshake_headers(None, None)))["code"] == -32602

@@ -402,11 +402,14 @@ TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimu
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client
 # initializes again). Tasks belong to the client and are not affected.
 TASKDESK_SESSION_IDLE_SECONDS = env_int("TASKDESK_SESSION_IDLE_SECONDS", 24 * 3600, minimum=1)
-# Open SSE streams (GET streams, blocking tasks/result) one web process holds at most;
+# Open SSE streams (GET streams, blocking tasks/result) one web process holds at most
+# (default: half its request threads, WEB_THREADS, so short requests always find one);
 # beyond it the answer is 503 with Retry-After. A held stream ends after
 # TASKDESK_STREAM_SECONDS (the client resumes it), with a keep-alive comment every
 # TASKDESK_KEEPALIVE_SECONDS.
-TASKDESK_MAX_STREAMS = env_int("TASKDESK_MAX_STREAMS", 64, minimum=1)
+TASKDESK_MAX_STREAMS = env_int(
+    "TASKDESK_MAX_STREAMS", max(1, env_int("WEB_THREADS", 4, minimum=1) // 2), minimum=1
+)
 TASKDESK_STREAM_SECONDS = env_float("TASKDESK_STREAM_SECONDS", 300.0, minimum=1)
 TASKDESK_KEEPALIVE_SECONDS = env_float("TASKDESK_KEEPALIVE_SECONDS", 15.0, minimum=0.1)
 # 2025-11-25 tasks/cancel moves the task to cancelled before it answers: how long it waits

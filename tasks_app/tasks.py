@@ -116,8 +116,10 @@ def heartbeat_job() -> str:
 @shared_task(name="purge_expired_job")
 def purge_expired_job() -> int:
     """Delete tasks past their TTL plus the grace period, with their keys, events and records,
-    leaving an archive line each; tasks with an effect whose outcome is unknown are kept."""
-    from tasks_app import retention, runtime
+    leaving an archive line each; tasks with an effect whose outcome is unknown are kept. Also
+    forgets handshake-wire sessions idle past TASKDESK_SESSION_IDLE_SECONDS."""
+    from tasks_app import retention, runtime, sessions
 
+    sessions.purge_idle()
     runtime.strand_intended_of_finished()
     return retention.purge_expired()

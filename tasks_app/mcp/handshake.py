@@ -283,7 +283,7 @@ class HandshakeEra(eras.ProtocolEra):
             accept = request.headers.get("Accept", "")
             if "text/event-stream" not in accept and "*/*" not in accept:
                 raise NotAcceptable("The GET stream needs Accept: text/event-stream")
-            return _session_stream(session, client, stream_slots.take())
+            return _session_stream(request, session, client, stream_slots.take())
         except McpError as exc:
             return streaming.error_response(None, exc)
 
@@ -399,7 +399,7 @@ def _answer_question(reply_id: str, message: dict[str, Any], client: Client) -> 
 
 
 def _session_stream(
-    session: McpSession, client: Client, slot: stream_slots.Slot
+    request: Request, session: McpSession, client: Client, slot: stream_slots.Slot
 ) -> StreamingHttpResponse:
     """The standalone server-to-client stream: ``notifications/tasks/status`` for the
     client's tasks that change while it is open, and the questions of its tasks that no
@@ -445,6 +445,8 @@ def _session_stream(
                     yield b": ping\n\n"
                     quiet_since = time.monotonic()
                 handshake.pause(min(1.0, keepalive))
+                if stream_slots.peer_gone(request):
+                    return
         finally:
             slot.close()
 

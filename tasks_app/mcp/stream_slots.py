@@ -5,12 +5,19 @@ open. ``TASKDESK_MAX_STREAMS`` bounds how many one process holds, so streams can
 every thread and leave none for short requests: beyond it the request is refused with 503 and
 ``Retry-After`` (the client polls ``tasks/get`` meanwhile, or retries). A slot is taken with
 ``take()`` and given back by closing the returned ``Slot`` (it is a context manager too).
+
+A client that goes away must give its slot back soon, not at the next keep-alive write:
+``peer_gone`` looks at the request's socket (gunicorn puts it in the WSGI environ) without
+reading from it, and the streams ask it about once a second.
 """
 
 from __future__ import annotations
 
+import select
+import socket
 import threading
 from types import TracebackType
+from typing import Any
 
 from django.conf import settings
 
@@ -73,3 +80,19 @@ def take() -> Slot:
 
 def held() -> int:
     return _held
+
+
+def peer_gone(request: Any) -> bool:
+    """Whether the client of REQUEST closed its connection (False when it cannot be told)."""
+    meta = getattr(request, "META", None) or {}
+    sock = meta.get("gunicorn.socket")
+    if sock is None:
+        return False
+    try:
+        readable, _, _ = select.select([sock], [], [], 0)
+        if not readable:
+            return False
+        # Readable with nothing to read is the peer's end of the connection.
+        return bool(sock.recv(1, socket.MSG_PEEK) == b"")
+    except (OSError, ValueError):
+        return True

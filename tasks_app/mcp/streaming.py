@@ -74,9 +74,11 @@ def respond(
     *,
     result_type: bool = True,
     error_status: int | None = None,
+    gone: Callable[[], bool] | None = None,
 ) -> HttpResponse | StreamingHttpResponse:
     """Run STREAMED in a thread and answer with JSON or an event stream. ERROR_STATUS, when
-    given, is the HTTP status of an error answered as JSON (the 2025 wire: 200)."""
+    given, is the HTTP status of an error answered as JSON (the 2025 wire: 200). GONE, when
+    given, tells about once a second whether the client has gone (the call is cancelled)."""
     events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
     cancelled = threading.Event()
     keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
@@ -119,10 +121,10 @@ def respond(
                     yield b"event: message\ndata: " + dumps(payload) + b"\n\n"
                     if kind_ != "note":
                         return
-                try:
-                    item = events.get(timeout=keepalive)
-                except queue.Empty:
-                    item = ("ping", None)
+                following = _next(events, keepalive, gone)
+                if following is None:
+                    return  # the client has gone
+                item = following
         finally:
             cancelled.set()
 
@@ -130,3 +132,19 @@ def respond(
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+def _next(
+    events: queue.SimpleQueue[tuple[str, Any]], keepalive: float, gone: Callable[[], bool] | None
+) -> tuple[str, Any] | None:
+    """The next event, a ("ping", None) after KEEPALIVE quiet seconds, or None once GONE."""
+    waited = 0.0
+    step = keepalive if gone is None else min(1.0, keepalive)
+    while waited < keepalive:
+        try:
+            return events.get(timeout=step)
+        except queue.Empty:
+            waited += step
+            if gone is not None and gone():
+                return None
+    return ("ping", None)

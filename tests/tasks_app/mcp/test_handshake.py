@@ -364,3 +364,13 @@ def test_initialize_is_refused_clearly_without_params(mcp) -> None:  # type: ign
     body = initialize()
     del body["params"]["protocolVersion"]
     assert rpc_error(mcp.post(body, headers=handshake_headers(None, None)))["code"] == -32602
+
+
+def test_the_purge_job_forgets_idle_sessions(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.tasks import purge_expired_job
+
+    settings.TASKDESK_SESSION_IDLE_SECONDS = 60
+    idle, fresh = Session(mcp), Session(mcp)
+    McpSession.objects.filter(pk=idle.id).update(last_seen_at=timezone.now() - timedelta(minutes=2))
+    purge_expired_job()
+    assert list(McpSession.objects.values_list("pk", flat=True)) == [fresh.id]

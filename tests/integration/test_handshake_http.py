@@ -1,0 +1,109 @@
+"""The 2025-11-25 handshake wire over raw HTTP, against a live multi-process server and real
+workers: initialize, a task-augmented export, tasks/get, blocking tasks/result, tasks/list,
+tasks/cancel on the finished task, a keyed retry from a new session, an unknown session.
+
+Runs on the database of the run: CI runs it on SQLite and on PostgreSQL.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import httpx
+import pytest
+
+from tasks_app.models import Task
+from tests.wire import (
+    HANDSHAKE_VERSION,
+    RELATED_TASK,
+    REPLAYED_META,
+    SESSION_HEADER,
+    initialize,
+    rpc,
+    sse_messages,
+)
+
+pytestmark = pytest.mark.live
+
+EXPORT = {"quarter": "Q2", "format": "json", "rows": 200}
+
+
+class Wire:
+    """One client's raw HTTP on the handshake wire."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+        self.session: str | None = None
+
+    def post(self, body: dict[str, Any], timeout: float = 60, **extra: str) -> httpx.Response:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {self.token}",
+            **extra,
+        }
+        if self.session is not None:
+            headers[SESSION_HEADER] = self.session
+            headers["MCP-Protocol-Version"] = HANDSHAKE_VERSION
+        return httpx.post(self.url, content=json.dumps(body), headers=headers, timeout=timeout)
+
+    def connect(self) -> dict[str, Any]:
+        self.session = None
+        response = self.post(initialize())
+        assert response.status_code == 200, response.text
+        self.session = response.headers[SESSION_HEADER]
+        assert (
+            self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        )
+        return dict(response.json()["result"])
+
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, **extra: str
+    ) -> dict[str, Any]:
+        response = self.post(rpc(method, params), **extra)
+        assert response.status_code == 200, response.text
+        if response.headers["Content-Type"].startswith("text/event-stream"):
+            return sse_messages(response)[-1]
+        return dict(response.json())
+
+
+def test_a_task_from_initialize_to_cancel(live, alice_token, bob_token) -> None:  # type: ignore[no-untyped-def]
+    alice = Wire(live.mcp_url, alice_token)
+    assert alice.connect()["protocolVersion"] == HANDSHAKE_VERSION
+    # Bob has a task of his own, which alice must never see.
+    bob = Wire(live.mcp_url, bob_token)
+    bob.connect()
+    params = {"name": "export_report", "arguments": EXPORT, "task": {"ttl": 60000}}
+    bobs = bob.call("tools/call", params, **{"Idempotency-Key": "bob-q2"})["result"]["task"]
+
+    created = alice.call("tools/call", params, **{"Idempotency-Key": "alice-q2"})["result"]
+    task_id = created["task"]["taskId"]
+    assert created["task"]["status"] == "working" and created["_meta"][REPLAYED_META] is False
+
+    got = alice.call("tasks/get", {"taskId": task_id})["result"]
+    assert got["taskId"] == task_id and got["status"] in ("working", "completed")
+    assert "content" not in got
+
+    # Blocking: answers once the worker has finished, with exactly the tool's result.
+    result = alice.call("tasks/result", {"taskId": task_id})["result"]
+    assert result["structuredContent"]["rows"] == 200
+    assert result["_meta"][RELATED_TASK] == {"taskId": task_id}
+    assert alice.call("tasks/get", {"taskId": task_id})["result"]["status"] == "completed"
+
+    listed = [t["taskId"] for t in alice.call("tasks/list")["result"]["tasks"]]
+    assert listed == [task_id] and bobs["taskId"] not in listed
+
+    refused = alice.call("tasks/cancel", {"taskId": task_id})["error"]
+    assert refused["code"] == -32602 and "completed" in refused["message"]
+
+    # A retry with the key in a new session is the same task (the key is the client's).
+    alice.connect()
+    again = alice.call("tools/call", params, **{"Idempotency-Key": "alice-q2"})["result"]
+    assert again["task"]["taskId"] == task_id and again["_meta"][REPLAYED_META] is True
+    assert Task.objects.filter(client__name="alice").count() == 1
+
+    # An unknown session is 404; the client initializes again.
+    alice.session = "not-a-session"
+    assert alice.post(rpc("ping")).status_code == 404

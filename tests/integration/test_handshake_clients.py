@@ -79,7 +79,11 @@ def test_the_node_sdk_1x_client(live, alice_token) -> None:  # type: ignore[no-u
     assert result["structuredContent"]["rows"] == 50
     assert result["_meta"]["io.modelcontextprotocol/related-task"] == {"taskId": task_id}
     task = Task.objects.get(pk=task_id)
-    assert (task.era, task.idempotency_key, task.status) == ("2025-11-25", "node-v1-q4", "completed")
+    assert (task.era, task.idempotency_key, task.status) == (
+        "2025-11-25",
+        "node-v1-q4",
+        "completed",
+    )
 
     # The question came on the tasks/result stream, tied to its task, and the client's
     # answer (a POSTed JSON-RPC response) resumed it.

@@ -374,3 +374,115 @@ def test_the_purge_job_forgets_idle_sessions(mcp, settings) -> None:  # type: ig
     McpSession.objects.filter(pk=idle.id).update(last_seen_at=timezone.now() - timedelta(minutes=2))
     purge_expired_job()
     assert list(McpSession.objects.values_list("pk", flat=True)) == [fresh.id]
+
+
+# --- questions -----------------------------------------------------------------------------
+
+
+def open_question(task_id: str, key: str = "confirm", audience: str = "client") -> None:
+    from elicitations import transitions as elicitation_transitions
+
+    task = Task.objects.get(pk=task_id)
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
+    elicitation_transitions.open_request(
+        task=task, ask_key=key, message=f"{key}?", schema=schema, audience=audience
+    )
+    if task.status == Status.WORKING:
+        transitions.require_input(task_id=task_id, message="waiting")
+
+
+def events_of(chunks) -> list[dict]:  # type: ignore[no-untyped-def]
+    return [
+        json.loads(line[5:]) for line in chunks.decode().splitlines() if line.startswith("data:")
+    ]
+
+
+def test_a_question_goes_on_the_result_stream_and_the_response_answers_it(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    from elicitations.models import InputRequest
+
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.2
+    session = Session(mcp, capabilities={"elicitation": {"form": {}}})
+    task_id = create(session)["taskId"]
+    open_question(task_id, "confirm")
+    open_question(task_id, "approve", audience="operator")  # stays in the inbox
+    response = session.call("tasks/result", {"taskId": task_id})
+    assert response["Content-Type"] == "text/event-stream"
+    seen: list[dict] = []
+    for chunk in response.streaming_content:
+        for message in events_of(chunk):
+            seen.append(message)
+            if message.get("method") == "elicitation/create":
+                answer = {
+                    "jsonrpc": "2.0",
+                    "id": message["id"],
+                    "result": {"action": "accept", "content": {"ok": True}},
+                }
+                assert session.post(answer).status_code == 202
+                # A second answer changes nothing: the first one won.
+                late = {**answer, "result": {"action": "decline"}}
+                assert session.post(late).status_code == 202
+                InputRequest.objects.filter(task_id=task_id, ask_key="approve").update(
+                    status="answered"
+                )
+                transitions.complete(
+                    task_id=task_id, result={"content": [{"type": "text", "text": "ok"}]}
+                )
+    questions = [m for m in seen if m.get("method") == "elicitation/create"]
+    assert len(questions) == 1
+    params = questions[0]["params"]
+    assert params["mode"] == "form" and params["message"] == "confirm?"
+    assert params["_meta"][RELATED_TASK] == {"taskId": task_id}
+    answered = InputRequest.objects.get(task_id=task_id, ask_key="confirm")
+    assert (answered.status, answered.channel, answered.answer["content"]) == (
+        "answered",
+        "elicitation/create",
+        {"ok": True},
+    )
+    assert seen[-1]["result"]["content"] == [{"type": "text", "text": "ok"}]
+
+
+def test_a_client_without_elicitation_is_not_asked(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.2
+    session = Session(mcp, capabilities={})
+    task_id = create(session)["taskId"]
+    open_question(task_id)
+    done = {"content": [{"type": "text", "text": "ok"}]}
+    timer = threading.Timer(1.0, lambda: transitions.complete(task_id=task_id, result=done))
+    timer.start()
+    try:
+        raw = b"".join(session.call("tasks/result", {"taskId": task_id}).streaming_content)
+    finally:
+        timer.join()
+    assert b"elicitation/create" not in raw
+
+
+def test_the_get_stream_carries_status_and_questions_no_result_stream_carries(
+    mcp, settings
+) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    settings.TASKDESK_STREAM_SECONDS = 2
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.5
+    session = Session(mcp, capabilities={"elicitation": {}})
+    waiting = create(session)["taskId"]
+    open_question(waiting)
+    running = create(session)["taskId"]
+    done = {"content": [{"type": "text", "text": "ok"}]}
+    timer = threading.Timer(0.7, lambda: transitions.complete(task_id=running, result=done))
+    headers = {
+        "Authorization": f"Bearer {mcp.token}",
+        SESSION_HEADER: session.id,
+        "Accept": "text/event-stream",
+    }
+    stream = mcp.http.get("/mcp", headers=headers)
+    timer.start()
+    try:
+        messages = events_of(b"".join(stream.streaming_content))
+    finally:
+        timer.join()
+    statuses = [m["params"] for m in messages if m.get("method") == "notifications/tasks/status"]
+    assert {"taskId": running, "status": "completed"}.items() <= statuses[-1].items()
+    questions = [m for m in messages if m.get("method") == "elicitation/create"]
+    assert len(questions) == 1 and questions[0]["id"].startswith(f"taskdesk-q:{waiting}:")

@@ -118,7 +118,12 @@ def sse_messages(response: Any) -> list[dict[str, Any]]:
     else:
         raw = response.content
     text = raw.decode()
-    return [json.loads(line[5:]) for line in text.splitlines() if line.startswith("data:")]
+    # A priming event (2025 wire) has an id and an empty data line.
+    return [
+        json.loads(line[5:])
+        for line in text.splitlines()
+        if line.startswith("data:") and line[5:].strip()
+    ]
 
 
 def result_of(response: Any) -> dict[str, Any]:

@@ -33,6 +33,7 @@ responses; the function then runs again with them (``_rounds``).
 
 from __future__ import annotations
 
+import logging
 import secrets
 import threading
 import time
@@ -68,12 +69,16 @@ from tasks_app.mcp.serializers import InitializeParams
 from tasks_app.mcp.streaming import Emit, Streamed
 from tasks_app.models import Client, Era, McpSession, Status, Task
 
+log = logging.getLogger("tasks_app.mcp")
+
 VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
 LATEST = "2025-11-25"
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 SYNC_REQUEST_PREFIX = "taskdesk-s:"
 MAX_ROUNDS = 20
+# How long a client waits before it resumes a stream the server closed.
+RETRY_MS = 1000
 # Keys the 2026 wire adds to results, which the 2025 wire does not have.
 _MODERN_ONLY = ("resultType", "ttlMs", "cacheScope")
 
@@ -264,7 +269,15 @@ class HandshakeEra(eras.ProtocolEra):
             def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:
                 return _rounds(call, spec, first, emit, cancelled)
 
-            return streaming.respond(request_id, Streamed(run), result_type=False, error_status=200)
+            resume = result.resume_id if isinstance(result, Streamed) else None
+            return streaming.respond(
+                request_id,
+                Streamed(run),
+                result_type=False,
+                error_status=200,
+                gone=lambda: stream_slots.peer_gone(request),
+                prime=_prime(resume),
+            )
         return streaming.json_response(
             streaming.success(request_id, shape(result), result_type=False)
         )
@@ -283,9 +296,40 @@ class HandshakeEra(eras.ProtocolEra):
             accept = request.headers.get("Accept", "")
             if "text/event-stream" not in accept and "*/*" not in accept:
                 raise NotAcceptable("The GET stream needs Accept: text/event-stream")
+            last = request.headers.get("Last-Event-ID")
+            if last:
+                return self._resume(request, session, client, last)
             return _session_stream(request, session, client, stream_slots.take())
         except McpError as exc:
             return streaming.error_response(None, exc)
+
+    def _resume(
+        self, request: Request, session: McpSession, client: Client, last: str
+    ) -> HttpResponseBase:
+        """GET with ``Last-Event-ID``: resume the tasks/result stream that id names."""
+        resumed = handshake.parse_resume_id(last)
+        if resumed is None:
+            raise InvalidRequest(f"Last-Event-ID {last!r} names no stream of this server")
+        task_id, request_id = resumed
+        if handshake.task_of_client(client, task_id) is None:
+            raise SessionNotFound(f"Last-Event-ID {last!r} names no stream of this client")
+        streamed = handshake.result_stream(session_envelope(session, {}), task_id, request_id)
+        log.info("resuming the tasks/result stream of task %s (request %r)", task_id, request_id)
+        return streaming.respond(
+            request_id,
+            streamed,
+            result_type=False,
+            error_status=200,
+            gone=lambda: stream_slots.peer_gone(request),
+            prime=_prime(streamed.resume_id),
+            stream_now=True,
+        )
+
+
+def _prime(resume_id: str | None) -> bytes:
+    if resume_id is None:
+        return b""
+    return streaming.priming_event(resume_id, RETRY_MS)
 
 
 def _request_id(message: dict[str, Any]) -> str | int:

@@ -32,11 +32,25 @@ log = logging.getLogger("tasks_app.mcp")
 Emit = Callable[[dict[str, Any]], None]
 
 
+class EndStream(Exception):
+    """Raised by a Streamed run to close its stream without an answer: the client resumes it
+    (2025 transport: a stream that sent an event id may be closed and resumed by GET with
+    ``Last-Event-ID``)."""
+
+
 @dataclass(frozen=True)
 class Streamed:
     """A result still to be computed by RUN(emit, cancelled), which may emit notifications."""
 
     run: Callable[[Emit, threading.Event], dict[str, Any]]
+    # An event id the stream starts with, when the client may resume it (2025 wire).
+    resume_id: str | None = None
+
+
+def priming_event(event_id: str, retry_ms: int) -> bytes:
+    """An event with an id, a reconnection delay and no data: it makes the stream resumable
+    from EVENT_ID (2025-11-25 basic/transports.mdx, "Resumability and Redelivery")."""
+    return f"id: {event_id}\nretry: {retry_ms}\ndata: \n\n".encode()
 
 
 def dumps(message: dict[str, Any]) -> bytes:
@@ -75,10 +89,14 @@ def respond(
     result_type: bool = True,
     error_status: int | None = None,
     gone: Callable[[], bool] | None = None,
+    prime: bytes = b"",
+    stream_now: bool = False,
 ) -> HttpResponse | StreamingHttpResponse:
     """Run STREAMED in a thread and answer with JSON or an event stream. ERROR_STATUS, when
     given, is the HTTP status of an error answered as JSON (the 2025 wire: 200). GONE, when
-    given, tells about once a second whether the client has gone (the call is cancelled)."""
+    given, tells about once a second whether the client has gone (the call is cancelled).
+    PRIME is sent first when the answer is a stream (an event id to resume from); STREAM_NOW
+    makes it a stream whatever comes first (a resumed GET)."""
     events: queue.SimpleQueue[tuple[str, Any]] = queue.SimpleQueue()
     cancelled = threading.Event()
     keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
@@ -87,6 +105,8 @@ def respond(
         try:
             result = streamed.run(lambda note: events.put(("note", note)), cancelled)
             events.put(("done", success(request_id, result, result_type=result_type)))
+        except EndStream:
+            events.put(("end", None))
         except McpError as exc:
             events.put(("error", exc))
         except Exception:
@@ -98,12 +118,12 @@ def respond(
 
     threading.Thread(target=work, name=f"mcp-call-{request_id}", daemon=True).start()
     try:
-        kind, first = events.get(timeout=keepalive)
+        kind, first = events.get(timeout=0 if stream_now else keepalive)
     except queue.Empty:
         kind, first = "ping", None
-    if kind == "done":
+    if kind == "done" and not stream_now:
         return json_response(first)
-    if kind == "error":
+    if kind == "error" and not stream_now:
         if error_status is not None:
             return json_response(failure(request_id, first), error_status, first.headers())
         return error_response(request_id, first)
@@ -111,8 +131,12 @@ def respond(
     def stream() -> Iterator[bytes]:
         item: tuple[str, Any] = (kind, first)
         try:
+            if prime:
+                yield prime
             while True:
                 kind_, payload = item
+                if kind_ == "end":
+                    return
                 if kind_ == "ping":
                     yield b": ping\n\n"
                 else:

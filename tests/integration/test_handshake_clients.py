@@ -66,7 +66,17 @@ def drive(mode: str, url: str, token: str, key: str) -> dict[str, Any]:
     return out
 
 
-def test_the_node_sdk_1x_client(live, alice_token) -> None:  # type: ignore[no-untyped-def]
+@pytest.fixture
+def short_streams(transactional_db):  # type: ignore[no-untyped-def]
+    """A live stack whose held streams end after 1 s (the client resumes them)."""
+    from tests.live import live_stack
+
+    with live_stack(env={"TASKDESK_STREAM_SECONDS": "1"}) as stack:
+        yield stack
+
+
+def test_the_node_sdk_1x_client(short_streams, alice_token) -> None:  # type: ignore[no-untyped-def]
+    live = short_streams
     out = drive("v1", live.mcp_url, alice_token, "node-v1-q4")
     assert out["protocolVersion"] == "2025-11-25" and out["sessionId"]
     assert out["capabilities"]["tasks"]["requests"] == {"tools": {"call": {}}}
@@ -98,6 +108,14 @@ def test_the_node_sdk_1x_client(live, alice_token) -> None:  # type: ignore[no-u
     answered = Task.objects.get(pk=confirm_id).input_requests.get()
     assert (answered.status, answered.channel) == ("answered", "elicitation/create")
     assert set(out["listed"]) == {task_id, confirm_id}
+
+    # The 3 s task outlasted the 1 s stream: the client resumed by GET with Last-Event-ID
+    # and got the result there.
+    assert out["resumed"]["result"]["content"] == [{"type": "text", "text": "late"}]
+    slow_id = out["resumed"]["result"]["_meta"]["io.modelcontextprotocol/related-task"]["taskId"]
+    assert out["resumed"]["seconds"] > 1
+    assert out["cancelled"]["status"] == "cancelled"
+    assert f"resuming the tasks/result stream of task {slow_id}" in live.log("web")
 
 
 def test_the_node_v2_client_in_legacy_mode(live, alice_token) -> None:  # type: ignore[no-untyped-def]

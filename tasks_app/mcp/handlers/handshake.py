@@ -19,6 +19,9 @@ A task belongs to its client, not to the session, and either era reads it.
 
 from __future__ import annotations
 
+import base64
+import binascii
+import json
 import threading
 import time
 from typing import Any
@@ -44,10 +47,11 @@ from tasks_app.mcp.serializers import (
     SetLevelParams,
     TaskParams,
 )
-from tasks_app.mcp.streaming import Emit, Streamed
-from tasks_app.models import Actor, Era, Status, Task
+from tasks_app.mcp.streaming import Emit, EndStream, Streamed
+from tasks_app.models import Actor, Client, Era, Status, Task
 
 QUESTION_ID_PREFIX = "taskdesk-q:"
+RESUME_PREFIX = "r."
 TASKS_PAGE = 50
 
 handshake_methods.share(
@@ -200,26 +204,56 @@ def tasks_result(call: Call) -> dict[str, Any] | Streamed:
     task = _task(call)
     if task.is_terminal:
         return final_result(task)
+    return result_stream(call.envelope, task.pk, call.id)
+
+
+def result_stream(envelope: Envelope, task_id: str, request_id: str | int) -> Streamed:
+    """The blocking wait of ``tasks/result`` as a stream, holding one stream slot (503 when
+    none is free). After ``TASKDESK_STREAM_SECONDS`` it closes without the answer; its event
+    id lets the client resume it by GET with ``Last-Event-ID`` (``resume_id``)."""
     slot = stream_slots.take()
 
     def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:
-        _result_stream(task.pk, +1)
+        _result_stream(task_id, +1)
         try:
             with slot:
-                return _wait_for_result(call, task.pk, emit, cancelled)
+                return _wait_for_result(envelope, task_id, emit, cancelled)
         finally:
-            _result_stream(task.pk, -1)
+            _result_stream(task_id, -1)
 
-    return Streamed(run)
+    return Streamed(run, resume_id=resume_id(task_id, request_id))
+
+
+def resume_id(task_id: str, request_id: str | int) -> str:
+    """The event id of a tasks/result stream: the task and the request it answers. Resuming
+    with it only ever reads the caller's own task, so it needs no secret."""
+    raw = json.dumps([task_id, request_id], separators=(",", ":")).encode()
+    return RESUME_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def parse_resume_id(text: str) -> tuple[str, str | int] | None:
+    if not text.startswith(RESUME_PREFIX):
+        return None
+    body = text[len(RESUME_PREFIX) :]
+    try:
+        task_id, request_id = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    except (ValueError, TypeError, binascii.Error):
+        return None
+    if not isinstance(task_id, str) or isinstance(request_id, bool):
+        return None
+    if not isinstance(request_id, str | int):
+        return None
+    return task_id, request_id
 
 
 def _wait_for_result(
-    call: Call, task_id: str, emit: Emit, cancelled: threading.Event
+    envelope: Envelope, task_id: str, emit: Emit, cancelled: threading.Event
 ) -> dict[str, Any]:
     """Block until the task is terminal. While it waits for a client's answer, send each
     pending question as ``elicitation/create`` on this stream (once)."""
     sent: set[str] = set()
     delay = 0.02
+    ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
     while not cancelled.is_set():
         task = Task.objects.filter(pk=task_id).first()
         if task is None:
@@ -228,12 +262,21 @@ def _wait_for_result(
             return final_result(task)
         if task.status == Status.INPUT_REQUIRED:
             for question in pending_questions(task):
-                if question.key not in sent and asks_client(call.envelope, question):
+                if question.key not in sent and asks_client(envelope, question):
                     emit(question_request(task, question))
                     sent.add(question.key)
+        if time.monotonic() >= ends:
+            raise EndStream()
         pause(delay)
         delay = min(delay * 1.5, 0.5)
     raise InternalError("The client closed the stream")
+
+
+def task_of_client(client: Client, task_id: str) -> Task | None:
+    try:
+        return selectors.task_get_for_client(client=client, task_id=task_id)
+    except selectors.TaskNotFound:
+        return None
 
 
 def pending_questions(task: Task) -> list[InputRequest]:

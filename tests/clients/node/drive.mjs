@@ -58,6 +58,26 @@ async function v1() {
   out.asked = asked;
   const listedTasks = await client.experimental.tasks.listTasks();
   out.listed = listedTasks.tasks.map((t) => t.taskId);
+  // A blocking tasks/result on a task that outlasts the server's stream limit: the server
+  // closes the stream after its priming event and the client resumes it by GET.
+  const { CreateTaskResultSchema, CallToolResultSchema } = await import(
+    "@modelcontextprotocol/sdk/types.js"
+  );
+  const slow = await client.request(
+    { method: "tools/call", params: { name: "slow_echo", arguments: { text: "late", seconds: 3 }, task: {} } },
+    CreateTaskResultSchema,
+  );
+  const started = Date.now();
+  const late = await client.experimental.tasks.getTaskResult(slow.task.taskId, CallToolResultSchema, {
+    timeout: 120000,
+  });
+  out.resumed = { result: late, seconds: (Date.now() - started) / 1000 };
+  // tasks/cancel of a running task answers with the task already cancelled.
+  const running = await client.request(
+    { method: "tools/call", params: { name: "slow_echo", arguments: { text: "never", seconds: 60 }, task: {} } },
+    CreateTaskResultSchema,
+  );
+  out.cancelled = await client.experimental.tasks.cancelTask(running.task.taskId);
   await transport.terminateSession();
   await client.close();
   return out;

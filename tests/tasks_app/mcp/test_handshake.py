@@ -350,9 +350,9 @@ def test_blocking_result_waits_for_the_end(mcp, settings) -> None:  # type: igno
         # Still running after the keep-alive interval: the answer became an event stream,
         # with keep-alive comments until the result.
         assert response["Content-Type"] == "text/event-stream"
-        raw = b"".join(response.streaming_content).decode()
-        assert ": ping" in raw
-        last = [json.loads(line[5:]) for line in raw.splitlines() if line.startswith("data:")][-1]
+        raw = b"".join(response.streaming_content)
+        assert b": ping" in raw and b"id: r." in raw  # resumable from its priming event
+        last = events_of(raw)[-1]
         assert last["result"]["content"] == [{"type": "text", "text": "late"}]
         assert last["result"]["_meta"][RELATED_TASK] == {"taskId": task["taskId"]}
     finally:
@@ -392,9 +392,9 @@ def open_question(task_id: str, key: str = "confirm", audience: str = "client") 
 
 
 def events_of(chunks) -> list[dict]:  # type: ignore[no-untyped-def]
-    return [
-        json.loads(line[5:]) for line in chunks.decode().splitlines() if line.startswith("data:")
-    ]
+    lines = chunks.decode().splitlines()
+    # Priming events carry an id and no data.
+    return [json.loads(line[5:]) for line in lines if line.startswith("data:") and line[5:].strip()]
 
 
 def test_a_question_goes_on_the_result_stream_and_the_response_answers_it(mcp, settings) -> None:  # type: ignore[no-untyped-def]
@@ -486,3 +486,39 @@ def test_the_get_stream_carries_status_and_questions_no_result_stream_carries(
     assert {"taskId": running, "status": "completed"}.items() <= statuses[-1].items()
     questions = [m for m in messages if m.get("method") == "elicitation/create"]
     assert len(questions) == 1 and questions[0]["id"].startswith(f"taskdesk-q:{waiting}:")
+
+
+def test_a_result_stream_closes_and_resumes_by_get_with_last_event_id(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.1
+    settings.TASKDESK_STREAM_SECONDS = 0.5
+    session = Session(mcp)
+    task_id = create(session)["taskId"]
+    body = rpc("tasks/result", {"taskId": task_id})
+    body["id"] = "result-7"
+    first = b"".join(session.post(body).streaming_content).decode()
+    # A priming event (id, retry, empty data), then the close: no answer on this stream.
+    event_id = next(line[4:] for line in first.splitlines() if line.startswith("id: "))
+    assert "retry: 1000" in first and '"result"' not in first
+    settings.TASKDESK_STREAM_SECONDS = 30
+    done = {"content": [{"type": "text", "text": "resumed"}]}
+    timer = threading.Timer(0.5, lambda: transitions.complete(task_id=task_id, result=done))
+    headers = {
+        "Authorization": f"Bearer {mcp.token}",
+        SESSION_HEADER: session.id,
+        "Accept": "text/event-stream",
+        "Last-Event-ID": event_id,
+    }
+    timer.start()
+    try:
+        resumed = mcp.http.get("/mcp", headers=headers)
+        assert resumed["Content-Type"] == "text/event-stream"
+        messages = events_of(b"".join(resumed.streaming_content))
+    finally:
+        timer.join()
+    assert messages[-1]["id"] == "result-7"
+    assert messages[-1]["result"]["content"] == [{"type": "text", "text": "resumed"}]
+    # A made-up event id is refused; another client's task is not found.
+    assert mcp.http.get("/mcp", headers={**headers, "Last-Event-ID": "nope"}).status_code == 400
+    assert stream_slots.held() == 0

@@ -7,6 +7,9 @@ drives ``POST /mcp`` with wrk at concurrency 16 for 10 s each:
   (a) tools/call creating a task, a fresh idempotency key on every request
   (b) tools/call replaying existing keys
   (c) tasks/get of existing tasks
+  (d) tools/call creating a task on the 2025-11-25 handshake wire (params.task, in one
+      session opened with initialize), a fresh idempotency key on every request
+  (e) tasks/get of existing tasks on the 2025-11-25 wire
 
 and, for scale, pgbench running the same insert-or-get statement directly against
 PostgreSQL (new keys, then existing keys). No Celery worker runs: the figures are those of
@@ -15,7 +18,8 @@ with the machine line, into docs/benchmarks.md. Everything it started is stopped
 database dropped at the end.
 
 Environment: BENCH_POSTGRES (default postgres://postgres@127.0.0.1:5432), BENCH_SECONDS
-(default 10), BENCH_CONNECTIONS (default 16), BENCH_NO_DOCS=1 to leave the docs alone.
+(default 10), BENCH_CONNECTIONS (default 16), BENCH_NO_DOCS=1 to leave the docs alone,
+BENCH_ERAS (default "2026,2025"; "2026" skips (d) and (e)).
 """
 
 from __future__ import annotations
@@ -55,7 +59,14 @@ START, END = "<!-- acceptance-bench:start -->", "<!-- acceptance-bench:end -->"
 
 SECONDS = int(os.environ.get("BENCH_SECONDS", "10"))
 CONNECTIONS = int(os.environ.get("BENCH_CONNECTIONS", "16"))
-TARGETS = {"new": (600, 60.0), "replay": (900, None), "get": (1000, None)}
+TARGETS = {
+    "new": (600, 60.0),
+    "replay": (900, None),
+    "get": (1000, None),
+    "new2025": (600, 60.0),
+    "get2025": (1000, None),
+}
+ERAS = os.environ.get("BENCH_ERAS", "2026,2025").split(",")
 
 
 @dataclass
@@ -67,6 +78,7 @@ class Figures:
     p99_ms: float
     errors: int = 0
     cpu_ms: dict[str, float] | None = None  # CPU time per request, by process group
+    mode: str = ""  # the submit.lua mode, which names the target
 
 
 def children(pid: int) -> list[int]:
@@ -161,7 +173,8 @@ def wrk(
     if meter:
         after = meter.snapshot()
         cpu = {k: (after[k] - before[k]) * 1000 / max(requests, 1) for k in after}
-    return Figures(label, requests, float(rps.group(1)), p50 / 1000, p99 / 1000, errors, cpu)
+    rate = float(rps.group(1))
+    return Figures(label, requests, rate, p50 / 1000, p99 / 1000, errors, cpu, args[0])
 
 
 def pgbench(dsn: str, sql: str, label: str, workdir: Path) -> Figures:
@@ -316,6 +329,17 @@ def main() -> None:
             say("(c) tasks/get")
             results.append(measure("(c) tasks/get of an existing task", "get", str(ids)))
 
+            if "2025" in ERAS:
+                env["TASKDESK_BENCH_SESSION"] = open_session(url, env["TASKDESK_BENCH_TOKEN"])
+                say("(d) new submissions, 2025-11-25 wire")
+                results.append(
+                    measure("(d) 2025-11-25 tools/call with task, new task (fresh key)", "new2025")
+                )
+                say("(e) tasks/get, 2025-11-25 wire")
+                results.append(
+                    measure("(e) 2025-11-25 tasks/get of an existing task", "get2025", str(ids))
+                )
+
         say("raw PostgreSQL ceiling (pgbench, same statement)")
         results.append(
             pgbench(dsn, pgbench_sql(env, replay=False), "new (pgbench, new key)", workdir)
@@ -334,6 +358,30 @@ def main() -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
+def open_session(url: str, token: str) -> str:
+    """A 2025-11-25 session of the bench client (initialize), for the (d) and (e) runs."""
+    response = httpx.post(
+        f"{url}/mcp",
+        json={
+            "jsonrpc": "2.0",
+            "id": 0,
+            "method": "initialize",
+            "params": {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {},
+                "clientInfo": {"name": "wrk", "version": "1"},
+            },
+        },
+        headers={
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {token}",
+        },
+        timeout=10,
+    )
+    response.raise_for_status()
+    return response.headers["Mcp-Session-Id"]
+
+
 def render(results: list[Figures], machine: str, workers: int) -> str:
     lines = [
         f"Machine: {machine}.",
@@ -344,10 +392,9 @@ def render(results: list[Figures], machine: str, workers: int) -> str:
         "| measurement | requests | req/s | p50 ms | p99 ms | errors | target |",
         "| --- | ---: | ---: | ---: | ---: | ---: | --- |",
     ]
-    keys = ["new", "replay", "get"]
-    for i, fig in enumerate(results):
+    for fig in results:
         if fig.label.startswith("("):
-            rps, p99 = TARGETS[keys[i]]
+            rps, p99 = TARGETS[fig.mode]
             target = f">= {rps} req/s" + (f", p99 < {p99:.0f} ms" if p99 else "")
             met = fig.rps >= rps and (p99 is None or fig.p99_ms < p99) and fig.errors == 0
             target += " (met)" if met else " (**not met**)"

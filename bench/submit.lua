@@ -4,6 +4,8 @@
 --   new     tools/call with a fresh Idempotency-Key on every request (creates a task)
 --   replay  tools/call cycling through the keys listed in the file named by the 2nd argument
 --   get     tasks/get cycling through the task ids listed in the file named by the 2nd argument
+--   new2025 / get2025  the same as new / get on the 2025-11-25 handshake wire, in the session
+--           named by TASKDESK_BENCH_SESSION (tools/call with params.task; no _meta envelope)
 -- The bearer token comes from the TASKDESK_BENCH_TOKEN environment variable. A response that
 -- is not a 200 carrying the expected result counts as an error (printed by done()).
 
@@ -18,6 +20,19 @@ local envelope = '"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28
   .. '"io.modelcontextprotocol/clientCapabilities":{"extensions":{"io.modelcontextprotocol/tasks":{}}}}'
 local call_body = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_echo",'
   .. '"arguments":{"text":"bench","seconds":1},' .. envelope .. '}}'
+local session = os.getenv("TASKDESK_BENCH_SESSION")
+local call_body_2025 = '{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"slow_echo",'
+  .. '"arguments":{"text":"bench","seconds":1},"task":{}}}'
+
+local function headers_2025()
+  return {
+    ["Content-Type"] = "application/json",
+    ["Accept"] = "application/json, text/event-stream",
+    ["MCP-Protocol-Version"] = "2025-11-25",
+    ["Mcp-Session-Id"] = session,
+    ["Authorization"] = "Bearer " .. token,
+  }
+end
 
 local function headers(method, name)
   return {
@@ -51,7 +66,15 @@ end
 
 function request()
   counter = counter + 1
-  if mode == "new" then
+  if mode == "new2025" then
+    local h = headers_2025()
+    h["Idempotency-Key"] = run .. "-" .. tid .. "-" .. counter
+    return wrk.format("POST", "/mcp", h, call_body_2025)
+  elseif mode == "get2025" then
+    local id = items[(counter + offset) % #items + 1]
+    local body = '{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"taskId":"' .. id .. '"}}'
+    return wrk.format("POST", "/mcp", headers_2025(), body)
+  elseif mode == "new" then
     local h = headers("tools/call", "slow_echo")
     h["Idempotency-Key"] = run .. "-" .. tid .. "-" .. counter
     return wrk.format("POST", "/mcp", h, call_body)
@@ -68,7 +91,12 @@ function request()
 end
 
 function response(status, headers, body)
-  local expected = (mode == "get") and '"taskId"' or '"resultType":"task"'
+  local expected = '"resultType":"task"'
+  if mode == "get" or mode == "get2025" then
+    expected = '"taskId"'
+  elseif mode == "new2025" then
+    expected = '"task":{'
+  end
   if status ~= 200 or not string.find(body, expected, 1, true) or string.find(body, '"error"', 1, true) then
     errors = errors + 1
     if errors <= 3 then io.stderr:write("unexpected response " .. status .. ": " .. body:sub(1, 300) .. "\n") end

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class ProtocolEra(abc.ABC):
-    #: Protocol versions this era serves (``supported_versions`` lists every era's).
+    #: Protocol versions this era serves.
     versions: tuple[str, ...]
 
     @abc.abstractmethod
@@ -62,9 +62,6 @@ def select(request: Request, message: dict[str, Any]) -> ProtocolEra:
             return era
     return _eras[-1]
 
-
-def supported_versions() -> list[str]:
-    return [v for era in _eras for v in era.versions]
 
 
 def for_other_method(request: Request) -> ProtocolEra | None:

@@ -64,7 +64,7 @@ from tasks_app.mcp.errors import (
 from tasks_app.mcp.handlers import discovery, handshake
 from tasks_app.mcp.headers import header
 from tasks_app.mcp.methods import handshake_methods
-from tasks_app.mcp.registry import Call, Method
+from tasks_app.mcp.registry import Call, Method, validate
 from tasks_app.mcp.serializers import InitializeParams
 from tasks_app.mcp.streaming import Emit, Streamed
 from tasks_app.models import Client, Era, McpSession, Status, Task
@@ -176,7 +176,7 @@ class HandshakeEra(eras.ProtocolEra):
         if not isinstance(params, dict):
             return _rpc_error(request_id, InvalidParams("initialize needs params"))
         try:
-            data = Method("initialize", lambda call: None, InitializeParams, None).validate(params)
+            data = validate(InitializeParams, params)
         except McpError as exc:
             return _rpc_error(request_id, exc)
         requested = data["protocolVersion"]

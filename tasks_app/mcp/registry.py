@@ -56,10 +56,15 @@ class Method:
     def validate(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.params is None:
             return params
-        serializer = self.params(data=params)
-        if not serializer.is_valid():
-            raise InvalidParams(_first_error(serializer.errors), data={"errors": serializer.errors})
-        return dict(serializer.validated_data)
+        return validate(self.params, params)
+
+
+def validate(kind: type[serializers.Serializer[Any]], params: dict[str, Any]) -> dict[str, Any]:
+    """PARAMS checked by the serializer KIND; raise InvalidParams naming the first error."""
+    serializer = kind(data=params)
+    if not serializer.is_valid():
+        raise InvalidParams(_first_error(serializer.errors), data={"errors": serializer.errors})
+    return dict(serializer.validated_data)
 
 
 def _first_error(errors: Any, path: str = "params") -> str:

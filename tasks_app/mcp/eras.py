@@ -63,7 +63,6 @@ def select(request: Request, message: dict[str, Any]) -> ProtocolEra:
     return _eras[-1]
 
 
-
 def for_other_method(request: Request) -> ProtocolEra | None:
     """The era that serves this GET or DELETE (None: no era does, which is a 405)."""
     for era in _eras:

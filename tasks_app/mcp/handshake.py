@@ -151,10 +151,10 @@ class HandshakeEra(eras.ProtocolEra):
     ) -> HttpResponseBase:
         request_id: str | int | None = None
         try:
-            if "id" in message:
-                request_id = _request_id(message)
             if "method" not in message:
                 return self._reply(request, message, client)
+            if "id" in message:
+                request_id = _request_id(message)
             method = message["method"]
             if not isinstance(method, str) or not method:
                 raise InvalidRequest("method must be a non-empty string")

@@ -522,3 +522,18 @@ def test_a_result_stream_closes_and_resumes_by_get_with_last_event_id(mcp, setti
     # A made-up event id is refused; another client's task is not found.
     assert mcp.http.get("/mcp", headers={**headers, "Last-Event-ID": "nope"}).status_code == 400
     assert stream_slots.held() == 0
+
+
+def test_responses_to_the_server_are_accepted_and_kept_once(mcp) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.models import McpReply
+
+    session = Session(mcp)
+    reply = {"jsonrpc": "2.0", "id": "taskdesk-s:abc:key", "result": {"action": "accept"}}
+    assert session.post(reply).status_code == 202
+    assert session.post({**reply, "result": {"action": "decline"}}).status_code == 202
+    kept = McpReply.objects.get()
+    assert (kept.request_id, kept.body["result"]) == ("taskdesk-s:abc:key", {"action": "accept"})
+    # An error response with a null id (the client could not read a request) is accepted too.
+    failed = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse"}}
+    assert session.post(failed).status_code == 202
+    assert session.post({"jsonrpc": "2.0", "id": 5}).status_code == 400

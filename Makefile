@@ -33,7 +33,8 @@ test: export TASKDESK_VAR_DIR ?= $(CURDIR)/var/test
 test: install
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
-# The official MCP conformance suite (ten tasks-* scenarios + the 2026-07-28 requirement set)
+# The official MCP conformance suite (ten tasks-* scenarios + the 2026-07-28 and 2025-11-25
+# requirement sets)
 # against a real server and worker; PostgreSQL/Redis when DATABASE_URL/CELERY_BROKER_URL are set.
 conformance: install
 	bash scripts/conformance.sh

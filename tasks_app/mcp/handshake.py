@@ -450,11 +450,12 @@ def _session_stream(
     ``tasks/result`` stream carries. It ends after ``TASKDESK_STREAM_SECONDS`` (the client
     opens a new one), with a keep-alive comment after each quiet interval."""
     envelope_ = session_envelope(session, {})
+    opened = timezone.now() - timedelta(milliseconds=1)  # changes from the GET on are sent
 
     def events() -> Any:
+        since = opened
         try:
             yield b": stream open\n\n"
-            since = timezone.now() - timedelta(milliseconds=1)
             ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
             keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
             quiet_since = time.monotonic()

@@ -463,14 +463,14 @@ def test_the_get_stream_carries_status_and_questions_no_result_stream_carries(
 ) -> None:  # type: ignore[no-untyped-def]
     import threading
 
-    settings.TASKDESK_STREAM_SECONDS = 2
+    settings.TASKDESK_STREAM_SECONDS = 3
     settings.TASKDESK_KEEPALIVE_SECONDS = 0.5
     session = Session(mcp, capabilities={"elicitation": {}})
     waiting = create(session)["taskId"]
     open_question(waiting)
     running = create(session)["taskId"]
     done = {"content": [{"type": "text", "text": "ok"}]}
-    timer = threading.Timer(0.7, lambda: transitions.complete(task_id=running, result=done))
+    timer = threading.Timer(0.5, lambda: transitions.complete(task_id=running, result=done))
     headers = {
         "Authorization": f"Bearer {mcp.token}",
         SESSION_HEADER: session.id,

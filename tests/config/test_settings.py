@@ -41,6 +41,12 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
         ("PORT", "eighty", "PORT must be an integer"),
         ("TASKDESK_LEASE_SECONDS", "0", "TASKDESK_LEASE_SECONDS must be at least 1"),
         (
+            "TASKDESK_SESSION_IDLE_SECONDS",
+            "0",
+            "TASKDESK_SESSION_IDLE_SECONDS must be at least 1",
+        ),
+        ("TASKDESK_MAX_STREAMS", "0", "TASKDESK_MAX_STREAMS must be at least 1"),
+        (
             "TASKDESK_DEMO_EXPORT_SECONDS",
             "nan",
             "TASKDESK_DEMO_EXPORT_SECONDS must be a finite number",

@@ -37,6 +37,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import replace
 from datetime import timedelta
 from typing import Any
@@ -442,6 +443,29 @@ def _answer_question(reply_id: str, message: dict[str, Any], client: Client) -> 
 # --- the GET stream ----------------------------------------------------------------------
 
 
+class _Held:
+    """A stream's events that give the slot back when the response is closed, even if the
+    server never started reading them (closing an unstarted generator runs no ``finally``)."""
+
+    def __init__(self, events: Iterator[bytes], slot: stream_slots.Slot) -> None:
+        self.events = events
+        self.slot = slot
+
+    def __iter__(self) -> _Held:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self.events)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.events, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.slot.close()
+
+
 def _session_stream(
     request: Request, session: McpSession, client: Client, slot: stream_slots.Slot
 ) -> StreamingHttpResponse:
@@ -452,7 +476,7 @@ def _session_stream(
     envelope_ = session_envelope(session, {})
     opened = timezone.now() - timedelta(milliseconds=1)  # changes from the GET on are sent
 
-    def events() -> Any:
+    def events() -> Iterator[bytes]:
         since = opened
         try:
             yield b": stream open\n\n"
@@ -495,7 +519,7 @@ def _session_stream(
         finally:
             slot.close()
 
-    response = StreamingHttpResponse(events(), content_type="text/event-stream")
+    response = StreamingHttpResponse(_Held(events(), slot), content_type="text/event-stream")
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response

@@ -174,6 +174,11 @@ def test_the_get_stream_is_bounded_per_process(mcp, settings) -> None:  # type: 
     with stream_slots.take():
         refused = mcp.http.get("/mcp", headers=headers)
         assert refused.status_code == 503 and refused["Retry-After"] == "5"
+    # A stream the server closes without ever reading it gives its slot back.
+    unread = mcp.http.get("/mcp", headers=headers)
+    assert stream_slots.held() == 1
+    unread.close()
+    assert stream_slots.held() == 0
     settings.TASKDESK_STREAM_SECONDS = 1
     settings.TASKDESK_KEEPALIVE_SECONDS = 0.2
     stream = mcp.http.get("/mcp", headers=headers)

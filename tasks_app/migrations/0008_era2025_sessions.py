@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_app', '0006_event_kinds'),
+        ('tasks_app', '0007_harden_worker'),
     ]
 
     operations = [

@@ -78,6 +78,23 @@ def env_list(name: str, default: list[str]) -> list[str]:
     return [item.strip() for item in raw.split(",") if item.strip()]
 
 
+_RATE_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def env_rate(name: str) -> str | None:
+    """A rate such as ``10/second`` or ``600/minute`` (``s``, ``m``, ``h``, ``d`` suffice), or
+    None when unset (off)."""
+    raw = env_str(name)
+    if not raw:
+        return None
+    count, _, period = raw.partition("/")
+    if not count.strip().isdigit() or int(count) < 1 or period.strip()[:1] not in _RATE_PERIODS:
+        raise ImproperlyConfigured(
+            f"{name} must be a rate such as 10/second or 600/minute, not {raw!r}"
+        )
+    return raw
+
+
 def env_secret(name: str) -> str | None:
     """Read NAME, or the file named by NAME_FILE (for secrets mounted as files)."""
     value = os.environ.get(name)
@@ -153,12 +170,14 @@ INSTALLED_APPS = [
     "rest_framework",
     "django_htmx",
     "template_partials",
+    "axes",
     "tasks_app",
     "elicitations",
 ]
 
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
+    "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
@@ -167,6 +186,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "config.urls"
@@ -232,6 +253,28 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
+# Login throttling (django-axes): after TASKDESK_LOGIN_FAILURE_LIMIT failed logins of one
+# username, that account is locked for TASKDESK_LOGIN_LOCKOUT_MINUTES, even for the right
+# password (the lockout page answers 429). Counted per username, wherever the attempts come
+# from; a successful login resets the count.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env_int("TASKDESK_LOGIN_FAILURE_LIMIT", 5, minimum=1)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env_float("TASKDESK_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1)
+)
+AXES_LOCKOUT_PARAMETERS = ["username"]
+AXES_RESET_ON_SUCCESS = True
+AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
+AXES_HTTP_RESPONSE_CODE = 429
+# Behind the TLS proxy, the client's address is the first in X-Forwarded-For (it is logged
+# with each attempt; the lockout itself is per username).
+if env_bool("TASKDESK_BEHIND_TLS_PROXY", False):
+    AXES_IPWARE_PROXY_COUNT = 1
+    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/tasks/"
 LOGOUT_REDIRECT_URL = "/accounts/login/"
@@ -258,15 +301,43 @@ SECURE_SSL_REDIRECT = env_bool("TASKDESK_SSL_REDIRECT", False)
 SESSION_COOKIE_SECURE = env_bool("TASKDESK_SECURE_COOKIES", False)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_HSTS_SECONDS = env_int("TASKDESK_HSTS_SECONDS", 0, minimum=0)
-SECURE_HSTS_INCLUDE_SUBDOMAINS = SECURE_HSTS_SECONDS > 0
-SECURE_HSTS_PRELOAD = SECURE_HSTS_SECONDS > 0
+# Subdomains and preloading bind every host of the domain, for years (a preload list entry is
+# slow to undo): only when asked for. Django's deploy checks warn when either is off
+# (security.W005, W021); that choice is the operator's, so those two are silenced unless asked.
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("TASKDESK_HSTS_INCLUDE_SUBDOMAINS", False)
+SECURE_HSTS_PRELOAD = env_bool("TASKDESK_HSTS_PRELOAD", False)
 SECURE_PROXY_SSL_HEADER = (
     ("HTTP_X_FORWARDED_PROTO", "https") if env_bool("TASKDESK_BEHIND_TLS_PROXY", False) else None
 )
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 SECURE_CONTENT_TYPE_NOSNIFF = True
+# Content-Security-Policy (django-csp): scripts, styles and requests only from this origin,
+# nothing inline (htmx's own indicator style is turned off in base.html, our CSS carries it),
+# no frames, no plugins. The pages are built for it; the browser tests fail on any violation.
+CONTENT_SECURITY_POLICY = {
+    "DIRECTIVES": {
+        "default-src": ["'self'"],
+        "script-src": ["'self'"],
+        "style-src": ["'self'"],
+        "img-src": ["'self'", "data:"],
+        "font-src": ["'self'"],
+        "connect-src": ["'self'"],
+        "form-action": ["'self'"],
+        "frame-ancestors": ["'none'"],
+        "base-uri": ["'none'"],
+        "object-src": ["'none'"],
+    }
+}
 SILENCED_SYSTEM_CHECKS = env_list("TASKDESK_SILENCED_CHECKS", [])
+# django-axes warns when lockouts are not also counted per IP address (axes.W006): that
+# matters for lockouts by user agent or cookie, which rotate; a lockout by username holds
+# whatever the address, and counting per address would lock out every user behind one NAT.
+SILENCED_SYSTEM_CHECKS.append("axes.W006")
+if not SECURE_HSTS_INCLUDE_SUBDOMAINS:
+    SILENCED_SYSTEM_CHECKS.append("security.W005")
+if not SECURE_HSTS_PRELOAD:
+    SILENCED_SYSTEM_CHECKS.append("security.W021")
 
 # --- Django REST framework ----------------------------------------------------------------
 
@@ -274,7 +345,8 @@ REST_FRAMEWORK: dict[str, object] = {
     "DEFAULT_AUTHENTICATION_CLASSES": [],
     "DEFAULT_PERMISSION_CLASSES": [],
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_RATES": {"mcp_poll": env_str("TASKDESK_POLL_THROTTLE", "") or None},
+    # Counted in the shared cache (CACHES below), so the rate holds across web processes.
+    "DEFAULT_THROTTLE_RATES": {"mcp_poll": env_rate("TASKDESK_POLL_THROTTLE")},
 }
 
 # --- Celery ---------------------------------------------------------------------------------
@@ -309,6 +381,35 @@ elif _broker_scheme.startswith("redis"):
         "socket_connect_timeout": 2,
         "socket_timeout": 5,
     }
+# --- the shared cache ---------------------------------------------------------------------
+# Rate limits are counted here, so every web process sees the same counts: Redis when the
+# broker is Redis (or TASKDESK_CACHE_URL names one), the database otherwise (its table is
+# made by `migrate`, see tasks_app/apps.py).
+TASKDESK_CACHE_URL = env_str("TASKDESK_CACHE_URL") or (
+    CELERY_BROKER_URL if _broker_scheme.startswith("redis") else ""
+)
+if TASKDESK_CACHE_URL and not urlsplit(TASKDESK_CACHE_URL).scheme.startswith("redis"):
+    raise ImproperlyConfigured("TASKDESK_CACHE_URL must be a redis:// or rediss:// URL")
+CACHE_TABLE = "taskdesk_cache"
+if TASKDESK_CACHE_URL:
+    CACHES: dict[str, dict[str, object]] = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.redis.RedisCache",
+            "LOCATION": TASKDESK_CACHE_URL,
+            "KEY_PREFIX": "taskdesk",
+            # A Redis that went away costs a request two seconds at most, not a hang.
+            "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
+        }
+    }
+else:
+    CACHES = {
+        "default": {
+            "BACKEND": "django.core.cache.backends.db.DatabaseCache",
+            "LOCATION": CACHE_TABLE,
+            "KEY_PREFIX": "taskdesk",
+        }
+    }
+
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -383,6 +484,10 @@ TASKDESK_ANONYMOUS_CLIENT = env_str("TASKDESK_ANONYMOUS_CLIENT") or None
 # processes within this time); 0 looks every request up.
 TASKDESK_TOKEN_CACHE_SECONDS = env_float("TASKDESK_TOKEN_CACHE_SECONDS", 5.0, minimum=0)
 TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
+# How deep a JSON-RPC message may nest (objects and arrays); deeper is refused with 400.
+TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8)
+if TASKDESK_MAX_JSON_DEPTH > 200:
+    raise ImproperlyConfigured("TASKDESK_MAX_JSON_DEPTH must be at most 200")
 TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, minimum=1)
 TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)
 TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)
@@ -397,6 +502,19 @@ TASKDESK_DISPATCH_REPUBLISH_SECONDS = env_float(
     "TASKDESK_DISPATCH_REPUBLISH_SECONDS", 120.0, minimum=1
 )
 TASKDESK_SYNC_WAIT_SECONDS = env_float("TASKDESK_SYNC_WAIT_SECONDS", 60.0, minimum=0)
+# Synchronous tool and prompt runs inside a web process (tasks_app/mcp/limits.py): at most
+# this many at once per process (by default half its request threads, WEB_THREADS, so the
+# other half stays free for receipts and tasks/get), each for at most this many seconds.
+TASKDESK_SYNC_CONCURRENCY = env_int(
+    "TASKDESK_SYNC_CONCURRENCY", max(1, env_int("WEB_THREADS", 4, minimum=1) // 2), minimum=1
+)
+TASKDESK_SYNC_MAX_SECONDS = env_float("TASKDESK_SYNC_MAX_SECONDS", 30.0, minimum=0.1)
+# Per-client limits (tasks_app/mcp/limits.py): non-terminal tasks a client may have (0: no
+# limit), and a token bucket on tools/call (e.g. "20/second"; off by default).
+TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT = env_int(
+    "TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT", 10_000, minimum=0
+)
+TASKDESK_CALL_RATE = env_rate("TASKDESK_CALL_RATE")
 # How long an MRTR requestState (answers collected by a synchronous call) stays valid.
 TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimum=1)
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client
@@ -444,6 +562,8 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},
+        # django-axes announces its configuration at every start, commands included.
+        "axes.apps": {"level": "WARNING"},
         "celery.app.trace": {"level": _CELERY_JOB_LOG_LEVEL},
         "celery.worker.strategy": {"level": _CELERY_JOB_LOG_LEVEL},
     },

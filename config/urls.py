@@ -8,6 +8,8 @@ from tasks_app.mcp.views import McpView
 
 urlpatterns = [
     path("healthz", task_views.healthz, name="healthz"),
+    path("livez", task_views.livez, name="livez"),
+    path("readyz", task_views.readyz, name="readyz"),
     path("mcp", McpView.as_view(), name="mcp"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -10,6 +10,11 @@ key gets the original task back.
 Concurrency is decided by the partial unique constraint on (client, idempotency_key): the
 loser of a race never inserts a second row, it reads the winner's. There is no
 read-then-insert window. docs/idempotency.md describes the rules for clients.
+
+A client may have at most ``TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT`` tasks that have not ended
+(``ActiveTaskLimit``). A replay of a key the client already used is never refused by it:
+it creates nothing. The count is read before the insert, so clients racing at the limit may
+pass it by the number of their concurrent calls.
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ from django.conf import settings
 from django.utils import timezone
 
 from tasks_app import dispatch, retention, sql
-from tasks_app.models import Client, Status, Task
+from tasks_app.models import ACTIVE_STATUSES, Client, Status, Task
 from tasks_app.tools import InvalidArguments, ToolSpec
 
 # --- errors ------------------------------------------------------------------------------
@@ -55,6 +60,21 @@ class IdempotencyKeyReused(AcceptanceError):
 
 class IdempotencyKeyRequired(AcceptanceError):
     pass
+
+
+class ActiveTaskLimit(AcceptanceError):
+    """The client has as many unfinished tasks as it may have (the transport answers 429)."""
+
+    code = -32000
+
+    def __init__(self, limit: int) -> None:
+        super().__init__(
+            f"Too many active tasks: this client already has {limit} tasks that have not "
+            "ended (TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT); wait for some to end, or cancel "
+            "some, then send the call again",
+            {"reason": "active_task_limit", "limit": limit},
+        )
+        self.limit = limit
 
 
 class InvalidToolArguments(AcceptanceError, InvalidArguments):
@@ -147,6 +167,9 @@ def accept(
         )
     normalized = _normalize(tool, arguments)
     value, carrier = (key.value, key.carrier) if key else (None, None)
+    limit = settings.TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT
+    if limit and _at_active_limit(client, limit) and not _key_used(client, value):
+        raise ActiveTaskLimit(limit)
     task = new_task(client, tool, normalized, fingerprint(tool, normalized), value, era)
     stored = sql.hot_path().insert_or_get(
         task, actor=client.name, carrier=carrier, journal=journal or []
@@ -157,6 +180,16 @@ def accept(
     if stored.task.fingerprint != task.fingerprint:
         raise _reused(value)
     return Receipt(task=stored.task, replayed=True, key=value, carrier=carrier)
+
+
+def _at_active_limit(client: Client, limit: int) -> bool:
+    # Reads at most LIMIT entries of the partial index task_client_active.
+    active = Task.objects.filter(client=client, status__in=ACTIVE_STATUSES)
+    return bool(list(active.values_list("pk", flat=True)[limit - 1 : limit]))
+
+
+def _key_used(client: Client, key: str | None) -> bool:
+    return key is not None and Task.objects.filter(client=client, idempotency_key=key).exists()
 
 
 def new_task(

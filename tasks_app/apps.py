@@ -1,6 +1,10 @@
 from __future__ import annotations
 
+from typing import Any
+
 from django.apps import AppConfig
+from django.core.management import call_command
+from django.db.models.signals import post_migrate
 
 
 class TasksAppConfig(AppConfig):
@@ -20,3 +24,15 @@ class TasksAppConfig(AppConfig):
             load_toolsets(settings.TASKDESK_TOOLSETS)
         except (ToolDefinitionError, ImportError) as exc:
             raise ImproperlyConfigured(str(exc)) from exc
+
+        post_migrate.connect(_create_cache_table, sender=self)
+
+
+def _create_cache_table(*, using: str = "default", **kwargs: Any) -> None:
+    """`migrate` (and the test database's creation) makes the database cache's table when
+    the shared cache is the database (settings.CACHES); it does nothing when it exists."""
+    from django.conf import settings
+
+    backends = {c["BACKEND"] for c in settings.CACHES.values()}
+    if "django.core.cache.backends.db.DatabaseCache" in backends:
+        call_command("createcachetable", database=using, verbosity=0)

@@ -1,4 +1,11 @@
-"""Health of the parts Taskdesk needs: the database, the broker and the workers."""
+"""Health of the parts Taskdesk needs: the database, the broker and the workers.
+
+``report`` is ``/healthz`` (a worker that never reported is not a failure: a fresh install
+answers ok). ``readiness`` is ``/readyz``: the same parts, but the heartbeat must exist and be
+fresh. The heartbeat row is written by a worker running ``heartbeat_job``, which only beat
+schedules (every 10 s), so a fresh one shows that beat and at least one worker both run.
+``redacted`` drops exception text for callers who are not staff.
+"""
 
 from __future__ import annotations
 
@@ -40,7 +47,7 @@ def check_broker() -> dict[str, Any]:
     return {"ok": True, "transport": scheme}
 
 
-def check_workers() -> dict[str, Any]:
+def check_workers(*, required: bool = False) -> dict[str, Any]:
     from tasks_app.models import WorkerHeartbeat
 
     try:
@@ -50,6 +57,8 @@ def check_workers() -> dict[str, Any]:
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     if last is None:
+        if required:
+            return {"ok": False, "heartbeat": None, "error": "no worker has reported yet"}
         return {"ok": True, "heartbeat": None}  # no worker has reported yet
     age = (timezone.now() - last).total_seconds()
     ok = age <= timedelta(seconds=settings.TASKDESK_WORKER_STALE_SECONDS).total_seconds()
@@ -59,11 +68,25 @@ def check_workers() -> dict[str, Any]:
     return out
 
 
-def report() -> tuple[bool, dict[str, Any]]:
+def report(*, ready: bool = False) -> tuple[bool, dict[str, Any]]:
+    """(healthy, body). With READY (``/readyz``), a worker must have reported, recently."""
     parts = {"database": check_database(), "broker": check_broker()}
     parts["workers"] = (
-        check_workers() if parts["database"]["ok"] else {"ok": False, "error": "database down"}
+        check_workers(required=ready)
+        if parts["database"]["ok"]
+        else {"ok": False, "error": "database down"}
     )
     failing = [name for name, part in parts.items() if not part["ok"]]
     body = {"status": "ok" if not failing else "fail", "failing": failing, **parts}
     return not failing, body
+
+
+def redacted(body: dict[str, Any]) -> dict[str, Any]:
+    """BODY without exception text (which can name hosts, users and paths): each failing
+    part says only that it is unavailable."""
+    out: dict[str, Any] = {}
+    for name, part in body.items():
+        if isinstance(part, dict) and "error" in part:
+            part = {**part, "error": "unavailable"}
+        out[name] = part
+    return out

@@ -63,6 +63,8 @@ class Status(models.TextChoices):
 
 
 TERMINAL_STATUSES = frozenset({Status.COMPLETED, Status.FAILED, Status.CANCELLED})
+# A task in one of these has not ended (it counts against its client's active-task limit).
+ACTIVE_STATUSES = (Status.WORKING, Status.INPUT_REQUIRED)
 
 
 class Era(models.TextChoices):
@@ -124,6 +126,12 @@ class Task(models.Model):
             ),
             models.Index(fields=["tool_name", "-created_at", "-id"], name="task_tool_recent"),
             models.Index(fields=["client", "-created_at", "-id"], name="task_client_recent"),
+            # The active-task limit counts a client's unfinished tasks (acceptance).
+            models.Index(
+                fields=["client"],
+                condition=Q(status__in=["working", "input_required"]),
+                name="task_client_active",
+            ),
             # Finished tasks by status and end: the attention list's "failed in the last 24 h"
             # and the throughput chart's "finished per minute".
             models.Index(

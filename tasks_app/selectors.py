@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -352,8 +352,11 @@ def tools_and_clients_visible_to(user: Any) -> tuple[list[str], list[str]]:
     return tools, list(names.values_list("name", flat=True))
 
 
-def wait_for_outcome(task_id: str, timeout: float) -> Task:
-    """Return task TASK_ID once it is terminal, or as it is when TIMEOUT seconds ran out.
+def wait_for_outcome(
+    task_id: str, timeout: float, *, stop: Callable[[], bool] | None = None
+) -> Task:
+    """Return task TASK_ID once it is terminal, or as it is when TIMEOUT seconds ran out (or
+    STOP, checked between reads, answers True: the caller has gone).
 
     Polls the database (each read sees the latest commit), quickly at first and then every
     quarter second. Raise TaskNotFound if the task no longer exists. Call it outside any
@@ -366,7 +369,7 @@ def wait_for_outcome(task_id: str, timeout: float) -> Task:
         if task is None:
             raise TaskNotFound(task_id)
         left = deadline - time.monotonic()
-        if task.is_terminal or left <= 0:
+        if task.is_terminal or left <= 0 or (stop is not None and stop()):
             return task
         time.sleep(min(delay, left))
         delay = min(delay * 1.5, 0.25)

@@ -8,11 +8,42 @@ from tasks_app import health
 from tasks_app.dashboard import effect_reconcile, task_cancel, task_detail, task_list
 
 # The operator console's views live in tasks_app.dashboard.
-__all__ = ["effect_reconcile", "healthz", "task_cancel", "task_detail", "task_list"]
+__all__ = [
+    "effect_reconcile",
+    "healthz",
+    "livez",
+    "readyz",
+    "task_cancel",
+    "task_detail",
+    "task_list",
+]
+
+
+def _health(request: HttpRequest, *, ready: bool) -> JsonResponse:
+    ok, body = health.report(ready=ready)
+    if not (request.user.is_authenticated and request.user.is_staff):
+        body = health.redacted(body)  # exception text is for staff only
+    return JsonResponse(body, status=200 if ok else 503)
 
 
 @require_GET
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
-    ok, body = health.report()
-    return JsonResponse(body, status=200 if ok else 503)
+    """Database, broker and workers (a worker that never reported is not a failure)."""
+    return _health(request, ready=False)
+
+
+@require_GET
+@never_cache
+def readyz(request: HttpRequest) -> JsonResponse:
+    """Whether this deployment can do work now: database, broker, and a fresh heartbeat
+    (beat scheduled it and a worker ran it). 503 when any fails, or no worker ever reported."""
+    return _health(request, ready=True)
+
+
+@require_GET
+@never_cache
+def livez(request: HttpRequest) -> JsonResponse:
+    """The process answers. Touches nothing else, so a database outage does not get a
+    healthy web process restarted."""
+    return JsonResponse({"status": "ok"})

@@ -13,6 +13,7 @@ Personas (each says what it may do):
 from __future__ import annotations
 
 import os
+import uuid
 from pathlib import Path
 
 # Keep test runs' broker folder, SQLite files and exports apart from a `make run` on the same
@@ -47,6 +48,12 @@ def _test_settings(settings):  # type: ignore[no-untyped-def]
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
     settings.TASKDESK_TOOLSETS = ["demo", "conformance"]
+    # A cache namespace of its own for each test: rate-limit counts never carry over (the
+    # shared cache may be a Redis server that outlives the test).
+    settings.CACHES = {
+        name: {**config, "KEY_PREFIX": f"test-{uuid.uuid4().hex}"}
+        for name, config in settings.CACHES.items()
+    }
 
 
 @pytest.fixture

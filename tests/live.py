@@ -533,3 +533,16 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
         yield cluster
     finally:
         cluster.close()
+
+
+def manage(env: dict[str, str], *args: str) -> str:
+    """Run ``manage.py ARGS`` with ENV (e.g. a stack's, or another DATABASE_URL); return its
+    standard output."""
+    return subprocess.run(
+        [str(BIN / "python"), "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout

@@ -51,6 +51,12 @@ def outcome(ctx: ToolContext, how: str) -> Any:
     return f"value {how}"
 
 
+@tools.tool(task="forbidden")
+def sync_outcome(ctx: ToolContext, how: str) -> Any:
+    """``outcome`` run inside the request (a synchronous call)."""
+    return outcome(ctx, how)
+
+
 @tools.tool(task="required")
 def steps(ctx: ToolContext, label: str = "a") -> dict[str, Any]:
     """Two steps around a question: the steps run once, whatever the number of legs."""
@@ -247,6 +253,14 @@ def escalating_step(ctx: ToolContext) -> str:
     rolled = ctx.step("roll", roll)
     ctx.escalate()
     return f"rolled {rolled}"
+
+
+@tools.tool(task="optional", escalate=True)
+def slow_then_escalate(ctx: ToolContext, seconds: float = 30) -> str:
+    """Work inside the request for SECONDS (checkpointing), then become a task."""
+    ctx.sleep(seconds)
+    ctx.escalate()
+    return "done as a task"
 
 
 @tools.tool(task="required", escalate=True)

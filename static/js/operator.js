@@ -50,3 +50,14 @@ document.addEventListener("htmx:afterSwap", () => {
   }
   openDetails = [];
 });
+
+// Regions marked data-poll-visible refresh only while the tab is visible: a request they
+// start while it is hidden is dropped (the next tick asks again). An hx-trigger filter
+// ("every 3s [document.visibilityState === 'visible']") would do the same, but htmx runs
+// filters as JavaScript built from a string, which the Content-Security-Policy forbids.
+document.addEventListener("htmx:confirm", (event) => {
+  const element = event.detail.elt;
+  if (document.visibilityState !== "visible" && element && element.hasAttribute("data-poll-visible")) {
+    event.preventDefault();
+  }
+});

@@ -7,6 +7,7 @@ the same name: for local trials and conformance runs. A bad token is refused eve
 
 from __future__ import annotations
 
+import logging
 from typing import Any, cast
 
 from django.conf import settings
@@ -20,6 +21,8 @@ from rest_framework.views import APIView
 from tasks_app import tokens
 from tasks_app.clients import client_get_or_create
 from tasks_app.models import Client
+
+log = logging.getLogger("tasks_app.mcp")
 
 _anonymous: dict[str, Client] = {}
 
@@ -75,6 +78,18 @@ class PollThrottle(throttling.SimpleRateThrottle):
     def __init__(self, task_id: str) -> None:
         super().__init__()
         self.task_id = task_id
+
+    def allows(self, request: Request, view: APIView) -> bool:
+        """``allow_request``, letting the poll through when the cache cannot be reached."""
+        try:
+            return self.allow_request(request, view)
+        except Exception as exc:
+            from tasks_app.mcp import limits
+
+            if not limits.is_outage(exc):
+                raise
+            log.warning("poll rate not counted (cache unavailable): %s", exc)
+            return True
 
     def get_rate(self) -> str | None:
         # Read at each request (DRF reads THROTTLE_RATES once at import), so the setting

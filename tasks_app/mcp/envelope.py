@@ -80,7 +80,7 @@ def parse(params: Any) -> Envelope:
     if client_info is not None and not isinstance(client_info, dict):
         raise InvalidParams(f"_meta['{CLIENT_INFO}'] must be an object")
     log_level = meta.get(LOG_LEVEL)
-    if log_level is not None and log_level not in _LEVEL_RANK:
+    if log_level is not None and (not isinstance(log_level, str) or log_level not in _LEVEL_RANK):
         raise InvalidParams(f"_meta['{LOG_LEVEL}'] must be one of {', '.join(LOG_LEVELS)}")
     token = meta.get("progressToken")
     if token is not None and (isinstance(token, bool) or not isinstance(token, str | int)):

@@ -3,12 +3,18 @@
 A handler raises one of these; the transport turns it into a JSON-RPC error response with
 the request's id. The HTTP statuses follow the 2026-07-28 Streamable HTTP transport: an
 unknown method is 404, the envelope, header, capability and version errors are 400, and an
-internal error stays 200 (the JSON-RPC body carries the failure).
+internal error stays 200 (the JSON-RPC body carries the failure). A refusal to do the work
+now (busy, over a quota, an outage: ``RetryLater``, built in ``tasks_app.mcp.limits``) is
+-32000 with HTTP 429 or 503 and ``Retry-After``.
 """
 
 from __future__ import annotations
 
+import logging
+import math
 from typing import Any
+
+from tasks_app.tools.results import new_reference
 
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
@@ -60,6 +66,19 @@ class InvalidParams(McpError):
 class InternalError(McpError):
     code = -32603
     http_status = 200
+
+
+def unexpected(exc: BaseException) -> InternalError:
+    """Log EXC, a bug, with a new reference and return the -32603 that names only that
+    reference: the exception's text stays in the log."""
+    reference = new_reference()
+    logging.getLogger("tasks_app.mcp").error(
+        "MCP request failed (reference %s)", reference, exc_info=exc
+    )
+    return InternalError(
+        f"Internal error (reference {reference}); the server log has the details",
+        data={"reference": reference},
+    )
 
 
 class HeaderMismatch(McpError):
@@ -148,19 +167,32 @@ class MethodNotAllowed(McpError):
         return {"Allow": "POST"}
 
 
-class Throttled(McpError):
-    """A client polled ``tasks/get`` faster than the configured rate."""
+class RetryLater(McpError):
+    """The server will not do this now; the same request may succeed later.
 
-    code = -32600
-    http_status = 429
+    HTTP 429 (this client is over a limit) or 503 (the server cannot work right now), with
+    ``Retry-After`` in seconds and ``data.reason`` naming which limit or outage it was.
+    Nothing was written, so a retry with the same idempotency key is safe.
+    """
 
-    def __init__(self, wait: float | None) -> None:
-        seconds = max(1, round(wait or 1))
+    code = -32000
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        reason: str,
+        http_status: int,
+        retry_after: float,
+        data: dict[str, Any] | None = None,
+    ) -> None:
+        self.retry_after = max(1, math.ceil(retry_after))
+        self.reason = reason
         super().__init__(
-            f"Polling too fast: wait {seconds} s (honour pollIntervalMs)",
-            data={"retryAfterMs": seconds * 1000},
+            message,
+            data={"reason": reason, "retryAfterMs": self.retry_after * 1000, **(data or {})},
         )
-        self.retry_after = seconds
+        self.http_status = http_status
 
     def headers(self) -> dict[str, str]:
         return {"Retry-After": str(self.retry_after)}

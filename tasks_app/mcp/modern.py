@@ -19,13 +19,13 @@ from tasks_app.mcp import (
     envelope,
     eras,
     handlers,  # noqa: F401 (registers the methods)
+    limits,
     streaming,
 )
 from tasks_app.mcp.errors import (
     HeaderMismatch,
     InvalidParams,
     InvalidRequest,
-    McpError,
     MethodNotFound,
     UnsupportedVersion,
 )
@@ -68,8 +68,9 @@ class ModernEra(eras.ProtocolEra):
                 return HttpResponse(status=202)  # a notification: nothing to answer
             request_id = _request_id(message)
             return self._answer(request, view, message, method, request_id, client)
-        except McpError as exc:
-            return streaming.error_response(request_id, exc)
+        except Exception as exc:
+            # With the request's id: an outage (503) or a bug (-32603, logged with a reference).
+            return streaming.error_response(request_id, limits.error_for(exc))
 
     def _answer(
         self,

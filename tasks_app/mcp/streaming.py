@@ -1,7 +1,8 @@
 """JSON or Server-Sent Events: how one request's answer goes back.
 
 A call that may emit notifications (the request sent a progress token or a log level) runs
-in a worker thread. If the answer is ready before any notification, it goes back as plain
+in a worker thread, one per synchronous slot of the process (``limits``): never more threads
+than slots. If the answer is ready before any notification, it goes back as plain
 JSON; the first notification switches the response to ``text/event-stream``, scoped to that
 one request: its notifications, then the final response (2026-07-28
 basic/transports/streamable-http.mdx, "Sending Messages to the Server"). A call still
@@ -25,7 +26,8 @@ from django.conf import settings
 from django.db import connections
 from django.http import HttpResponse, StreamingHttpResponse
 
-from tasks_app.mcp.errors import InternalError, McpError
+from tasks_app.mcp import limits
+from tasks_app.mcp.errors import McpError
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -40,11 +42,13 @@ class EndStream(Exception):
 
 @dataclass(frozen=True)
 class Streamed:
-    """A result still to be computed by RUN(emit, cancelled), which may emit notifications."""
+    """A result still to be computed by RUN(emit, cancelled), which may emit notifications.
+    RELEASE (a slot of ``limits``) is called once the run has ended, whatever the outcome."""
 
     run: Callable[[Emit, threading.Event], dict[str, Any]]
     # An event id the stream starts with, when the client may resume it (2025 wire).
     resume_id: str | None = None
+    release: Callable[[], None] | None = None
 
 
 def priming_event(event_id: str, retry_ms: int) -> bytes:
@@ -107,16 +111,20 @@ def respond(
             events.put(("done", success(request_id, result, result_type=result_type)))
         except EndStream:
             events.put(("end", None))
-        except McpError as exc:
-            events.put(("error", exc))
-        except Exception:
-            log.exception("MCP call %s failed", request_id)
-            events.put(("error", InternalError()))
+        except Exception as exc:
+            events.put(("error", limits.error_for(exc)))
         finally:
             # This thread's database connections are its own; leave none open.
             connections.close_all()
+            if streamed.release is not None:
+                streamed.release()
 
-    threading.Thread(target=work, name=f"mcp-call-{request_id}", daemon=True).start()
+    try:
+        threading.Thread(target=work, name=f"mcp-call-{request_id}", daemon=True).start()
+    except BaseException:
+        if streamed.release is not None:
+            streamed.release()
+        raise
     try:
         kind, first = events.get(timeout=0 if stream_now else keepalive)
     except queue.Empty:

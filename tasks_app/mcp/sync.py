@@ -10,6 +10,10 @@ to fall back to another kind of question.
 
 Progress and log lines become ``notifications/progress`` and ``notifications/message`` on
 the response stream (when the request sent a progress token or a log level).
+
+Every ctx call is a checkpoint. There the run stops with ``Cancelled`` once the client has
+closed its request (its stream, or its connection), and with ``TimeUp`` once it has run for
+``TASKDESK_SYNC_MAX_SECONDS``; a tool that may escalate becomes a task there instead.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from __future__ import annotations
 import logging
 import secrets
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Any, TypeGuard, TypeVar
@@ -55,6 +60,14 @@ class Escalate(Exception):
     """The function called ``ctx.escalate()``: continue as a task."""
 
 
+class TimeUp(Exception):
+    """The synchronous run passed its time cap (``TASKDESK_SYNC_MAX_SECONDS``)."""
+
+    def __init__(self, seconds: float) -> None:
+        super().__init__(f"ran longer than {seconds:g} s")
+        self.seconds = seconds
+
+
 def missing_capability(method: str, mode: str | None = None) -> ProtocolError:
     if method == "elicitation/create":
         required: dict[str, Any] = {"elicitation": {mode or "form": {}}}
@@ -91,6 +104,8 @@ class SyncContext(ToolContext):
         can_escalate: bool = False,
         emit: Emit | None = None,
         cancelled: threading.Event | None = None,
+        disconnected: Callable[[], bool] | None = None,
+        max_seconds: float | None = None,
     ) -> None:
         self.task_id = None
         self._client = client
@@ -100,6 +115,9 @@ class SyncContext(ToolContext):
         self.can_escalate = can_escalate
         self.emit = emit
         self.cancelled = cancelled
+        self.disconnected = disconnected
+        self.max_seconds = max_seconds
+        self.deadline = None if max_seconds is None else time.monotonic() + max_seconds
         # Answers this run used (carried in requestState to the next round) and the journal
         # a task created by ctx.escalate() starts from (the runtime's "ask" entry shape).
         self.used: dict[str, Any] = {}
@@ -254,9 +272,17 @@ class SyncContext(ToolContext):
         )
 
     def check_cancelled(self) -> None:
-        # The only way to cancel a synchronous call is to close its response stream.
+        # The only way to cancel a synchronous call is to close its request: its response
+        # stream, or the connection itself.
         if self.cancelled is not None and self.cancelled.is_set():
             raise Cancelled("the client closed the request")
+        if self.disconnected is not None and self.disconnected():
+            raise Cancelled("the client closed the connection")
+        if self.deadline is not None and time.monotonic() > self.deadline:
+            assert self.max_seconds is not None
+            if self.can_escalate:
+                raise Escalate()  # past the cap, a tool that may escalate becomes a task
+            raise TimeUp(self.max_seconds)
 
 
 def _elicitation(question: Question) -> dict[str, Any]:

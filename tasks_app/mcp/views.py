@@ -5,6 +5,12 @@ media types, body size, JSON syntax) and hands the parsed message to its era
 (``tasks_app.mcp.eras``). ``GET`` and ``DELETE`` go to the era that serves them (the
 2025-11-25 sessions); without one they are 405. Errors are JSON-RPC error objects with the
 HTTP status the 2026-07-28 Streamable HTTP transport gives them.
+
+A body that is not a JSON-RPC message gets 400 whatever is wrong with it: not UTF-8, not JSON,
+nested deeper than ``TASKDESK_MAX_JSON_DEPTH``, or holding a lone surrogate (``"\\ud800"``:
+valid JSON syntax, but no Unicode text, so it could neither be stored nor echoed back). A
+database, broker or cache outage is 503 with ``Retry-After`` (``limits.outage``); anything
+else unexpected is -32603 with a reference that the log line carries too, never its text.
 """
 
 from __future__ import annotations
@@ -21,11 +27,11 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 # modern and handshake register their eras (handshake last: it is asked first).
-from tasks_app.mcp import eras, handshake, modern, streaming  # noqa: F401
+from tasks_app.mcp import eras, handshake, limits, modern, streaming  # noqa: F401
 from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient
 from tasks_app.mcp.errors import (
     ForbiddenOrigin,
-    InternalError,
+    InvalidParams,
     InvalidRequest,
     McpError,
     MethodNotAllowed,
@@ -45,6 +51,53 @@ _SSE_TYPES = {"text/event-stream", "text/*", "*/*"}
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def _not_unicode(value: str) -> bool:
+    if value.isascii():
+        return False
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
+def shape_problem(message: Any, max_depth: int) -> McpError | None:
+    """Why MESSAGE (parsed JSON) cannot be taken as it is, or None. Walks the value without
+    recursion, so any depth is safe to check.
+
+    U+0000 is refused too: it is valid JSON, but PostgreSQL can store it neither in text nor
+    in jsonb, so a task or an answer holding it could not be kept (on SQLite alike, so that
+    both behave the same).
+    """
+    stack: list[tuple[Any, int, bool]] = [(message, 1, False)]
+    while stack:
+        value, depth, in_params = stack.pop()
+        if isinstance(value, str):
+            if _not_unicode(value):
+                return ParseError(
+                    "Parse error: the body holds a lone surrogate (such as \\ud800), "
+                    "which is not Unicode text"
+                )
+            if "\x00" in value:
+                where = "params" if in_params else "the message"
+                error = InvalidParams if in_params else InvalidRequest
+                return error(f"A string in {where} holds U+0000 (NUL), which cannot be stored")
+        elif isinstance(value, dict | list):
+            if depth > max_depth:
+                return InvalidRequest(
+                    f"The message nests deeper than {max_depth} levels (TASKDESK_MAX_JSON_DEPTH)",
+                    data={"maxDepth": max_depth},
+                )
+            if isinstance(value, dict):
+                for key, item in value.items():
+                    inside = in_params or (depth == 1 and key == "params")
+                    stack.append((key, depth, inside))
+                    stack.append((item, depth + 1, inside))
+            else:
+                stack.extend((item, depth + 1, in_params) for item in value)
+    return None
 
 
 def _media_types(value: str) -> set[str]:
@@ -117,10 +170,25 @@ class McpView(APIView):
                 "(TASKDESK_MAX_BODY_BYTES)",
                 data={"limit": limit},
             )
+        max_depth = settings.TASKDESK_MAX_JSON_DEPTH
         try:
-            message = json.loads(request.body, parse_constant=_reject_constant)
+            # JSON on the wire is UTF-8 (RFC 8259 section 8.1); strict decoding also refuses
+            # encoded surrogates, which json.loads(bytes) would let through.
+            text = request.body.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise ParseError(f"Parse error: the body is not UTF-8 ({exc.reason})") from None
+        try:
+            message = json.loads(text, parse_constant=_reject_constant)
+        except RecursionError:
+            raise InvalidRequest(
+                f"The message nests deeper than {max_depth} levels (TASKDESK_MAX_JSON_DEPTH)",
+                data={"maxDepth": max_depth},
+            ) from None
         except ValueError as exc:
             raise ParseError(f"Parse error: {exc}") from None
+        problem = shape_problem(message, max_depth)
+        if problem is not None:
+            raise problem
         if isinstance(message, list):
             raise InvalidRequest("Batches are not supported: send one JSON-RPC message per POST")
         if not isinstance(message, dict):
@@ -140,8 +208,7 @@ class McpView(APIView):
             error = InvalidRequest(str(exc.detail))
             error.http_status = exc.status_code
             return streaming.error_response(None, error)
-        log.exception("MCP request failed")
-        return streaming.error_response(None, InternalError())
+        return streaming.error_response(None, limits.error_for(exc))
 
 
 _origins: dict[tuple[str, ...], frozenset[str]] = {}

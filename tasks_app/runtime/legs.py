@@ -4,7 +4,8 @@ How a leg ends:
 
 - the function returns: ``completed`` with its result;
 - ``ToolError`` or any other exception: ``completed`` with ``isError: true`` and the message
-  (for an unexpected exception, its type and message; the traceback goes to the worker log);
+  (for an unexpected exception, only a reference; its text and traceback go to the worker
+  log under that reference);
 - ``ProtocolError``: ``failed`` with that JSON-RPC error;
 - ``Cancelled`` at a checkpoint: ``cancelled`` (the work has stopped);
 - a question without an answer, or an effect an operator must reconcile: the leg ends and
@@ -247,9 +248,10 @@ def _call(ctx: TaskContext) -> Ending:
     except ToolError as exc:
         log.info("tool error task=%s leg=%s: %s", task_id, ctx.leg, exc)
         return _completed(results.error_result(str(exc)))
-    except Exception as exc:
-        log.exception("tool raised task=%s leg=%s", task_id, ctx.leg)
-        return _completed(results.error_result(f"{type(exc).__name__}: {exc}"))
+    except Exception:
+        reference = results.new_reference()
+        log.exception("tool raised task=%s leg=%s reference=%s", task_id, ctx.leg, reference)
+        return _completed(results.unexpected_error_result(reference))
     return _completed(results.for_tool(spec.name, spec.output_schema, value))
 
 

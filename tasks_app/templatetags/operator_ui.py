@@ -51,3 +51,12 @@ def age(moment: datetime | None) -> str:
 @register.filter
 def pretty_json(value: Any) -> str:
     return json.dumps(value, indent=2, ensure_ascii=False, sort_keys=False, default=str)
+
+
+@register.filter
+def minutes(value: timedelta | None) -> str:
+    """A duration in whole minutes, e.g. "15 minutes" (at least one)."""
+    if value is None:
+        return ""
+    count = max(1, round(value.total_seconds() / 60))
+    return f"{count} minute{'s' if count != 1 else ''}"

@@ -5,12 +5,15 @@
 - a dict, a pydantic model, a list or a number → ``structuredContent`` (a non-object is
   wrapped as ``{"result": value}``) plus a text block holding the same JSON.
 - ``None`` → an empty text block.
-A ``ToolError`` raised by the tool becomes ``isError: true`` with its message.
+A ``ToolError`` raised by the tool becomes ``isError: true`` with its message. Any other
+exception becomes ``isError: true`` naming only a reference (``unexpected_error_result``): its
+text, which may hold anything the tool had in hand, goes to the log under that reference.
 """
 
 from __future__ import annotations
 
 import json
+import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +27,17 @@ class ToolResult:
     structured: dict[str, Any] | None = None
     is_error: bool = False
     meta: dict[str, Any] | None = None
+
+
+def new_reference() -> str:
+    """A short random id that ties what a client is told to the server's log line."""
+    return secrets.token_hex(6)
+
+
+def unexpected_error_result(reference: str) -> dict[str, Any]:
+    return error_result(
+        f"The tool failed unexpectedly (reference {reference}); the server log has the details"
+    )
 
 
 def text(value: str) -> dict[str, Any]:

@@ -66,6 +66,10 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
             "localhost:8000",
             "TASKDESK_ALLOWED_ORIGINS entries must look like",
         ),
+        ("TASKDESK_CALL_RATE", "fast", "TASKDESK_CALL_RATE must be a rate such as 10/second"),
+        ("TASKDESK_POLL_THROTTLE", "0/s", "TASKDESK_POLL_THROTTLE must be a rate"),
+        ("TASKDESK_CACHE_URL", "memcached://x", "TASKDESK_CACHE_URL must be a redis://"),
+        ("TASKDESK_MAX_JSON_DEPTH", "500", "TASKDESK_MAX_JSON_DEPTH must be at most 200"),
     ],
 )
 def test_it_refuses_a_malformed_variable_naming_it(tmp_path, name, value, expected) -> None:  # type: ignore[no-untyped-def]
@@ -176,3 +180,49 @@ def test_control_jobs_have_their_own_queue_and_every_job_has_time_limits() -> No
     assert tasks.run_task_job.soft_time_limit == tasks.run_task_job.time_limit - 30
     # Room for a leg of the longest time limit after another one, and the waiting legs.
     assert runtime.job_time_limit() > 2 * 7200
+
+
+@pytest.mark.parametrize(
+    ("env", "backend", "location"),
+    [
+        ({}, "django.core.cache.backends.db.DatabaseCache", "taskdesk_cache"),
+        (
+            {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/3"},
+            "django.core.cache.backends.redis.RedisCache",
+            "redis://127.0.0.1:6379/3",
+        ),
+        (
+            {"CELERY_BROKER_URL": "amqp://guest@localhost//"},
+            "django.core.cache.backends.db.DatabaseCache",
+            "taskdesk_cache",
+        ),
+        (
+            {"TASKDESK_CACHE_URL": "redis://127.0.0.1:6379/5"},
+            "django.core.cache.backends.redis.RedisCache",
+            "redis://127.0.0.1:6379/5",
+        ),
+    ],
+)
+def test_the_shared_cache_is_redis_with_a_redis_broker_and_the_database_otherwise(
+    tmp_path, env, backend, location
+) -> None:  # type: ignore[no-untyped-def]
+    code = "from django.conf import settings as s; c = s.CACHES['default']; print(c['BACKEND'], c['LOCATION'])"
+    result = run_django(code, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == [backend, location]
+
+
+def test_hsts_covers_subdomains_and_preloads_only_when_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    code = "from django.conf import settings as s; print(s.SECURE_HSTS_SECONDS, s.SECURE_HSTS_INCLUDE_SUBDOMAINS, s.SECURE_HSTS_PRELOAD)"
+    plain = run_django(code, {"TASKDESK_HSTS_SECONDS": "31536000"}, tmp_path)
+    asked = run_django(
+        code,
+        {
+            "TASKDESK_HSTS_SECONDS": "31536000",
+            "TASKDESK_HSTS_INCLUDE_SUBDOMAINS": "1",
+            "TASKDESK_HSTS_PRELOAD": "1",
+        },
+        tmp_path,
+    )
+    assert plain.stdout.split() == ["31536000", "False", "False"], plain.stderr
+    assert asked.stdout.split() == ["31536000", "True", "True"], asked.stderr

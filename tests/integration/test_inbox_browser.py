@@ -75,15 +75,23 @@ class Browser:
     def __init__(self, chromium: Any) -> None:
         self.chromium = chromium
         self.contexts: list[Any] = []
+        self.csp_violations: list[str] = []
 
     def new_context(self, **options: Any) -> Any:
         context = self.chromium.new_context(**options)
+        context.on("console", self._console)
         self.contexts.append(context)
         return context
+
+    def _console(self, message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            self.csp_violations.append(message.text)
 
     def close(self) -> None:
         for context in self.contexts:
             context.close()
+        # Every page these tests open works under the Content-Security-Policy.
+        assert self.csp_violations == []
 
 
 @pytest.fixture
@@ -610,7 +618,9 @@ def test_a_client_question_answered_through_tasks_update_never_shows_in_the_inbo
     assert request["params"]["message"] == f"Confirm: {marker}"
     # Let the inbox poll a few times while the client's question is pending.
     polled = page.evaluate("window.__polls")
-    page.wait_for_function(f"window.__polls >= {polled + 3}", timeout=20_000)
+    # A function, not an expression string: Playwright evaluates a string with eval, which
+    # the page's Content-Security-Policy refuses.
+    page.wait_for_function("n => window.__polls >= n", arg=polled + 3, timeout=20_000)
     expect(page.locator(".request-card")).to_have_count(0)
     expect(page.locator("#inbox-count")).to_have_text("")
 
@@ -634,7 +644,7 @@ def test_a_client_question_answered_through_tasks_update_never_shows_in_the_inbo
     )
     assert done["result"]["structuredContent"] == {"confirmed": True}
     polled = page.evaluate("window.__polls")
-    page.wait_for_function(f"window.__polls > {polled}", timeout=20_000)
+    page.wait_for_function("n => window.__polls > n", arg=polled, timeout=20_000)
     assert page.evaluate("window.__seen") is False
     assert marker not in page.content()
     row = InputRequest.objects.select_related("answered_by_client").get(task_id=task_id)

@@ -25,13 +25,56 @@ def test_it_is_exactly_that_path(client, db) -> None:  # type: ignore[no-untyped
     assert client.get("/healthz/").status_code == 404
 
 
-def test_a_stale_worker_heartbeat_makes_it_503(client, db) -> None:  # type: ignore[no-untyped-def]
+def test_a_stale_worker_heartbeat_makes_it_503(admin_client, db) -> None:  # type: ignore[no-untyped-def]
     WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
 
-    response = client.get("/healthz")
+    response = admin_client.get("/healthz")
 
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
+    assert "last worker heartbeat" in response.json()["workers"]["error"]
+
+
+def test_anonymous_callers_get_no_error_text(client, db) -> None:  # type: ignore[no-untyped-def]
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+
+    for path in ("/healthz", "/readyz"):
+        response = client.get(path)
+        assert response.status_code == 503
+        assert response.json()["workers"]["error"] == "unavailable"
+
+
+# --- /livez and /readyz ------------------------------------------------------------------------
+
+
+def test_livez_answers_200_whatever_the_parts_say(client, db) -> None:  # type: ignore[no-untyped-def]
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+
+    response = client.get("/livez")
+
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+    assert response["Cache-Control"].startswith("max-age=0")
+
+
+def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: ignore[no-untyped-def]
+    response = client.get("/readyz")
+
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["workers"]
+    assert client.get("/healthz").status_code == 200  # which stays as it was
+
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now())
+    response = client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["status"] == "ok"
+
+
+def test_readyz_fails_on_a_stale_heartbeat_with_the_reason_for_staff(admin_client, db) -> None:  # type: ignore[no-untyped-def]
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+
+    response = admin_client.get("/readyz")
+
+    assert response.status_code == 503
     assert "last worker heartbeat" in response.json()["workers"]["error"]
 
 
@@ -67,3 +110,20 @@ def test_an_unreachable_broker_makes_it_503_naming_the_broker(transactional_db) 
         assert body["broker"]["transport"] == "redis"
     finally:
         stack.close()
+
+
+@pytest.mark.live
+def test_readyz_turns_ready_once_beat_and_a_worker_run(live) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    from tests.live import wait_for
+
+    ready = wait_for(
+        "/readyz to answer 200",
+        lambda: (r := httpx.get(f"{live.url}/readyz", timeout=5)).status_code == 200 and r,
+        timeout=60,
+        every=0.5,
+    )
+
+    assert ready.json()["workers"]["ok"] is True
+    assert httpx.get(f"{live.url}/livez", timeout=5).status_code == 200

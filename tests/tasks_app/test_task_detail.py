@@ -79,7 +79,7 @@ def test_it_shows_status_arguments_questions_effects_and_timeline(client, operat
 def test_a_running_task_refreshes_itself(client, operator, task) -> None:
     client.force_login(operator)
     html = client.get(f"/tasks/{task.pk}/").content.decode()
-    assert "hx-trigger=\"every 2s [document.visibilityState === 'visible']\"" in html
+    assert 'hx-trigger="every 2s" data-poll-visible' in html
     part = client.get(f"/tasks/{task.pk}/", HTTP_HX_REQUEST="true").content.decode()
     assert part.lstrip().startswith('<div id="task-body"') and "<nav" not in part
 

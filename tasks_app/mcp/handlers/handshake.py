@@ -31,10 +31,10 @@ from django.db import connection
 
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
 from tasks_app import selectors, sessions, transitions
-from tasks_app.mcp import catalog, stream_slots, wire
+from tasks_app.mcp import catalog, limits, stream_slots, wire
 from tasks_app.mcp.auth import PollThrottle
 from tasks_app.mcp.envelope import Envelope
-from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, Throttled, from_code
+from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, from_code
 
 # discovery, prompts and resources register the methods shared below.
 from tasks_app.mcp.handlers import discovery, prompts, resources, tools  # noqa: F401
@@ -139,8 +139,8 @@ def _task(call: Call) -> Task:
 def tasks_get(call: Call) -> dict[str, Any]:
     task = _task(call)
     throttle = PollThrottle(task.pk)
-    if not throttle.allow_request(call.request, call.view):
-        raise Throttled(throttle.wait())
+    if not throttle.allows(call.request, call.view):
+        raise limits.poll_rate(throttle.wait())
     return wire.task_fields(task, Era.LEGACY)
 
 

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from tasks_app.mcp import catalog, mrtr
-from tasks_app.mcp.errors import InternalError, InvalidParams
+from tasks_app.mcp import catalog, limits, mrtr
+from tasks_app.mcp.errors import InvalidParams
 from tasks_app.mcp.handlers import running
 from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import PromptsGetParams
 from tasks_app.mcp.streaming import Streamed
-from tasks_app.mcp.sync import SyncContext
+from tasks_app.mcp.sync import SyncContext, TimeUp
 from tasks_app.tools import Cancelled, ToolError
 
 
@@ -34,7 +34,9 @@ def prompts_get(call: Call) -> dict[str, Any] | Streamed:
         except ToolError as exc:
             raise InvalidParams(str(exc)) from None
         except Cancelled:
-            raise InternalError("The call was cancelled") from None
+            raise limits.cancelled() from None
+        except TimeUp as exc:
+            raise limits.time_up(exc.seconds, can_be_task=False) from None
         if isinstance(rendered, str):
             rendered = [{"role": "user", "content": {"type": "text", "text": rendered}}]
         return {"description": prompt.description, "messages": rendered}

@@ -1,4 +1,10 @@
-"""Running a tool function or prompt inside the request, with MRTR rounds (SEP-2322)."""
+"""Running a tool function or prompt inside the request, with MRTR rounds (SEP-2322).
+
+Each run holds one of the process's synchronous slots (``limits.sync_slots``) from start to
+end, the thread of a streamed run included: a call that finds none free is refused at once
+with 429 ``busy``. A run stops at its next checkpoint once the client is gone or once it has
+run ``TASKDESK_SYNC_MAX_SECONDS`` (``sync.TimeUp``; handlers turn it into ``limits.time_up``).
+"""
 
 from __future__ import annotations
 
@@ -6,7 +12,9 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from tasks_app.mcp import mrtr
+from django.conf import settings
+
+from tasks_app.mcp import limits, mrtr
 from tasks_app.mcp.errors import from_code
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.streaming import Emit, Streamed
@@ -33,6 +41,8 @@ def run(
             mrtr.unseal(state, client=call.client, subject=subject, arguments_fp=arguments_fp)
         )
 
+    disconnected = limits.disconnected(call.request)
+
     def go(emit: Emit | None, cancelled: threading.Event | None) -> dict[str, Any]:
         ctx = SyncContext(
             client=call.client,
@@ -42,6 +52,8 @@ def run(
             can_escalate=can_escalate,
             emit=emit,
             cancelled=cancelled,
+            disconnected=disconnected,
+            max_seconds=settings.TASKDESK_SYNC_MAX_SECONDS,
         )
         try:
             return body(ctx)
@@ -56,6 +68,10 @@ def run(
         except ProtocolError as exc:
             raise from_code(exc.code, str(exc), exc.data) from exc
 
+    release = limits.sync_slots.take()
     if call.envelope.progress_token is not None or call.envelope.log_level is not None:
-        return Streamed(go)
-    return go(None, None)
+        return Streamed(go, release=release)  # the stream's thread gives the slot back
+    try:
+        return go(None, None)
+    finally:
+        release()

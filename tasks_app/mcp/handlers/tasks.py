@@ -12,9 +12,9 @@ from typing import Any
 from elicitations import transitions as elicitation_transitions
 from elicitations.models import Audience, Channel, RequestStatus
 from tasks_app import selectors, transitions
-from tasks_app.mcp import wire
+from tasks_app.mcp import limits, wire
 from tasks_app.mcp.auth import PollThrottle
-from tasks_app.mcp.errors import InvalidParams, Throttled, tasks_extension_required
+from tasks_app.mcp.errors import InvalidParams, tasks_extension_required
 from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import TaskParams, TasksUpdateParams
@@ -34,9 +34,9 @@ def _task(call: Call) -> Task:
 @methods.method("tasks/get", params=TaskParams, name_param="taskId")
 def tasks_get(call: Call) -> dict[str, Any]:
     task = _task(call)
-    throttle = PollThrottle(task.pk)  # counted per client and task
-    if not throttle.allow_request(call.request, call.view):
-        raise Throttled(throttle.wait())
+    throttle = PollThrottle(task.pk)  # counted per client and task, in the shared cache
+    if not throttle.allows(call.request, call.view):
+        raise limits.poll_rate(throttle.wait())
     requests = []
     if task.status == Status.INPUT_REQUIRED:
         # input_required lists every pending request the client may answer (SEP-2663).

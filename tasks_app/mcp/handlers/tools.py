@@ -11,6 +11,11 @@ extension, regardless of earlier requests):
 - without it, ``required`` tools are refused with -32021; ``optional`` tools run here, except
   that a keyed call (or a tool that requires a key) becomes a durable task whose outcome is
   awaited, so a retry with the same key answers from the same task.
+
+A run here, and the wait for a keyed task, holds one of the process's synchronous slots
+(``limits``; none free: 429 ``busy``). A run here is stopped at a checkpoint after
+``TASKDESK_SYNC_MAX_SECONDS``: an ``escalate`` tool called with the extension becomes a task
+there, anything else answers -32000 ``sync_time_limit`` saying how to run it as a task.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ from typing import Any
 from django.conf import settings
 
 from tasks_app import acceptance, selectors
-from tasks_app.mcp import catalog, keys, mrtr, wire
+from tasks_app.mcp import catalog, keys, limits, mrtr, wire
 from tasks_app.mcp.errors import (
     InternalError,
     InvalidParams,
@@ -35,19 +40,28 @@ from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.serializers import ToolsCallParams
 from tasks_app.mcp.streaming import Streamed
-from tasks_app.mcp.sync import Escalate, SyncContext
+from tasks_app.mcp.sync import Escalate, NeedInput, SyncContext, TimeUp
 from tasks_app.models import Era, Status, Task
-from tasks_app.tools import Cancelled, InvalidArguments, ToolError, ToolSpec
-from tasks_app.tools.results import error_result, text, to_call_tool_result
+from tasks_app.tools import Cancelled, InvalidArguments, ProtocolError, ToolError, ToolSpec
+from tasks_app.tools.results import (
+    error_result,
+    new_reference,
+    text,
+    to_call_tool_result,
+    unexpected_error_result,
+)
 
 log = logging.getLogger("tasks_app.mcp")
 
 IDEMPOTENCY_META = "dev.taskdesk/idempotency"
 TASK_ID_META = "dev.taskdesk/taskId"
+# What a client over its active-task limit is told to wait before it tries again.
+ACTIVE_LIMIT_RETRY_SECONDS = 10
 
 
 @methods.method("tools/call", params=ToolsCallParams, name_param="name")
 def tools_call(call: Call) -> dict[str, Any] | Streamed:
+    limits.check_call_rate(call.client.pk)
     name = call.data["name"]
     tool = catalog.current().tools.get(name)
     if tool is None:
@@ -65,7 +79,10 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
         receipt = accept(call, tool, arguments)
         return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))
     if tool.requires_idempotency_key or _keyed(call, tool, arguments):
-        return _await(accept(call, tool, arguments))
+        # The wait holds a request thread as a synchronous run does: it takes a slot first,
+        # so a refusal (busy) has written nothing.
+        with limits.sync_slots.held():
+            return _await(accept(call, tool, arguments), call)
     return _run_here(call, tool, arguments)
 
 
@@ -96,6 +113,13 @@ def accept(
             meta_key=call.envelope.meta.get(keys.META_KEY),
             journal=journal,
         )
+    except acceptance.ActiveTaskLimit as exc:
+        raise limits.over_limit(
+            "active_task_limit",
+            exc.message,
+            retry_after=ACTIVE_LIMIT_RETRY_SECONDS,
+            limit=exc.limit,
+        ) from None
     except acceptance.AcceptanceError as exc:
         raise from_code(exc.code, exc.message, exc.data) from None
     except InvalidArguments as exc:
@@ -120,7 +144,17 @@ def _run_here(
         except ToolError as exc:
             result = error_result(str(exc))
         except Cancelled:
-            raise InternalError("The call was cancelled") from None
+            raise limits.cancelled() from None
+        except TimeUp as exc:
+            raise limits.time_up(exc.seconds, can_be_task=tool.task != "forbidden") from None
+        except (NeedInput, ProtocolError):
+            raise  # the next MRTR round, or the tool's own JSON-RPC error (running.run)
+        except Exception as exc:
+            if limits.is_outage(exc):
+                raise  # 503, not the tool's failure
+            reference = new_reference()
+            log.exception("tool %s raised (reference %s)", tool.name, reference)
+            result = unexpected_error_result(reference)
         else:
             result = to_call_tool_result(value)
         if not_applied:
@@ -136,10 +170,15 @@ def _run_here(
     )
 
 
-def _await(receipt: acceptance.Receipt) -> dict[str, Any]:
-    """Wait for a keyed task and answer with its outcome, as a synchronous call would."""
+def _await(receipt: acceptance.Receipt, call: Call) -> dict[str, Any]:
+    """Wait for a keyed task and answer with its outcome, as a synchronous call would (only
+    until the client has gone: the task goes on either way)."""
     try:
-        task = selectors.wait_for_outcome(receipt.task.pk, settings.TASKDESK_SYNC_WAIT_SECONDS)
+        task = selectors.wait_for_outcome(
+            receipt.task.pk,
+            settings.TASKDESK_SYNC_WAIT_SECONDS,
+            stop=limits.disconnected(call.request),
+        )
     except selectors.TaskNotFound:
         raise InternalError(f"The job {receipt.task.pk} disappeared before it finished") from None
     meta = {TASK_ID_META: task.pk, **wire.receipt_meta(receipt)}

@@ -214,4 +214,6 @@ def test_over_eager_pollers_are_throttled(mcp, settings) -> None:  # type: ignor
     response = mcp.call("tasks/get", {"taskId": task_id}, tasks=True)
     assert response.status_code == 429
     assert int(response["Retry-After"]) >= 1
-    assert error_of(response)["data"]["retryAfterMs"] >= 1000
+    error = error_of(response)
+    assert (error["code"], error["data"]["reason"]) == (-32000, "poll_rate")
+    assert error["data"]["retryAfterMs"] >= 1000

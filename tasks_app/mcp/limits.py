@@ -1,0 +1,293 @@
+"""What one web process takes on, and the refusals that say "not now".
+
+- **Slots.** A synchronous tool or prompt run (and the thread of a streamed one) holds one of
+  the process's ``TASKDESK_SYNC_CONCURRENCY`` slots; a call that finds none free is refused
+  at once with ``busy`` (HTTP 429) instead of queueing behind the others, so the request
+  threads stay free for receipts and ``tasks/get``.
+- **Refusals.** ``busy``, ``over_limit`` (a per-client quota or rate) and ``unavailable`` (the
+  database, broker or cache cannot be reached) build ``RetryLater`` errors: JSON-RPC -32000
+  with ``data.reason``, HTTP 429 or 503 and ``Retry-After``. Nothing was written when one is
+  raised, so the same request, with the same idempotency key, may simply be sent again.
+- **Outages.** ``outage(exc)`` tells an exception that means "a service we need is not
+  answering" from a bug: only those become 503; a bug stays -32603.
+- **Rates.** ``check_call_rate`` is a token bucket per client on ``tools/call``
+  (``TASKDESK_CALL_RATE``), kept in the shared cache so that it holds across processes. A
+  cache that cannot be reached lets the call through (logged): a rate limit must not turn a
+  cache outage into an outage of the endpoint.
+- **Disconnects.** ``disconnected(request)`` tells whether the client has closed its
+  connection, so a synchronous run stops at its next checkpoint.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import math
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from django.conf import settings
+from django.core.cache import cache
+from django.core.signals import setting_changed
+from django.db import InterfaceError as DbInterfaceError
+from django.db import OperationalError as DbOperationalError
+from django.dispatch import receiver
+
+from tasks_app.mcp.errors import McpError, RetryLater, unexpected
+
+log = logging.getLogger("tasks_app.mcp")
+
+#: How long a client is told to wait after ``busy`` or an outage, in seconds.
+BUSY_RETRY_SECONDS = 1
+UNAVAILABLE_RETRY_SECONDS = 5
+
+
+# --- refusals ---------------------------------------------------------------------------------
+
+
+def busy(what: str = "synchronous calls") -> RetryLater:
+    limit = settings.TASKDESK_SYNC_CONCURRENCY
+    return RetryLater(
+        f"Busy: this server process is already running {limit} {what} "
+        "(TASKDESK_SYNC_CONCURRENCY); retry shortly, or call the tool as a task",
+        reason="busy",
+        http_status=429,
+        retry_after=BUSY_RETRY_SECONDS,
+        data={"limit": limit},
+    )
+
+
+def cancelled() -> McpError:
+    """The client closed the request of a synchronous run (the answer is rarely read)."""
+    error = McpError("The call was cancelled: the client closed it", data={"reason": "cancelled"})
+    error.code = -32000
+    return error
+
+
+def time_up(seconds: float, *, can_be_task: bool) -> McpError:
+    """A synchronous run stopped at its time cap (a JSON-RPC error, HTTP 200)."""
+    how = (
+        "call it again with the tasks extension declared, or with an idempotency key, so "
+        "that it runs as a task"
+        if can_be_task
+        else "this tool cannot run as a task here"
+    )
+    error = McpError(
+        f"The call ran longer than the {seconds:g} s a synchronous call may take "
+        f"(TASKDESK_SYNC_MAX_SECONDS) and was stopped; {how}",
+        data={"reason": "sync_time_limit", "limitSeconds": seconds},
+    )
+    error.code = -32000
+    return error
+
+
+def over_limit(reason: str, message: str, *, retry_after: float, **data: Any) -> RetryLater:
+    """A per-client quota or rate refused the call (HTTP 429)."""
+    return RetryLater(
+        message, reason=reason, http_status=429, retry_after=retry_after, data=data or None
+    )
+
+
+def unavailable(part: str) -> RetryLater:
+    return RetryLater(
+        f"Temporarily unavailable: the {part} is not answering. Nothing was recorded; send "
+        "the same request again (with the same idempotency key) after Retry-After seconds",
+        reason="temporarily_unavailable",
+        http_status=503,
+        retry_after=UNAVAILABLE_RETRY_SECONDS,
+    )
+
+
+def _outage_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    import kombu.exceptions
+    import redis.exceptions
+
+    database: tuple[type[BaseException], ...] = (DbOperationalError, DbInterfaceError)
+    services: tuple[type[BaseException], ...] = (
+        kombu.exceptions.OperationalError,
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        ConnectionError,
+    )
+    return database, services
+
+
+def is_outage(exc: BaseException) -> bool:
+    database, services = _outage_types()
+    return isinstance(exc, database + services)
+
+
+def outage(exc: BaseException) -> RetryLater | None:
+    """The 503 refusal for EXC if it means the database, broker or cache is unreachable (a
+    connection refused, dropped or timed out); None for anything else, which is a bug."""
+    database, services = _outage_types()
+    if isinstance(exc, RetryLater):
+        return exc
+    if isinstance(exc, database):
+        log.warning("database unavailable: %s", str(exc).strip().splitlines()[:1])
+        return unavailable("database")
+    if isinstance(exc, services):
+        log.warning("broker or cache unavailable: %s", exc)
+        return unavailable("broker or cache")
+    return None
+
+
+def error_for(exc: BaseException) -> McpError:
+    """The JSON-RPC error to answer for EXC: itself, an outage's 503, or a logged -32603."""
+    if isinstance(exc, McpError):
+        return exc
+    return outage(exc) or unexpected(exc)
+
+
+# --- rates ----------------------------------------------------------------------------------
+
+_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_rate(rate: str) -> tuple[int, int]:
+    """``"10/second"`` -> (10, 1): COUNT calls per PERIOD seconds."""
+    count, _, period = rate.partition("/")
+    return int(count), _PERIODS[period.strip()[0]]
+
+
+def take_token(key: str, rate: str, *, now: float | None = None) -> float:
+    """Take one token from the bucket KEY that refills at RATE and holds at most its count
+    (a burst of COUNT, then one every PERIOD/COUNT seconds). Return 0 when taken, else how
+    many seconds until one is free.
+
+    Kept as one number in the cache, the moment the bucket will be full again (GCRA, the
+    generic cell rate algorithm). Read and written without a lock: clients racing on one
+    key may each take the last token, which a rate limit can live with. (DRF's throttles
+    keep a list of request times instead, and have no burst; this needs neither.)
+    """
+    count, period = parse_rate(rate)
+    interval = period / count
+    now = time.time() if now is None else now
+    full_at = max(float(cache.get(key) or now), now)
+    new_full_at = full_at + interval
+    wait = new_full_at - count * interval - now
+    if wait > 0:
+        return wait
+    cache.set(key, new_full_at, timeout=math.ceil(new_full_at - now) + 1)
+    return 0.0
+
+
+def check_call_rate(client_id: int) -> None:
+    """Raise 429 ``call_rate`` when CLIENT_ID has used up its ``tools/call`` tokens."""
+    rate = settings.TASKDESK_CALL_RATE
+    if not rate:
+        return
+    try:
+        wait = take_token(f"call-rate:{client_id}", rate)
+    except Exception as exc:
+        if not is_outage(exc):
+            raise
+        log.warning("call rate not counted (cache unavailable): %s", exc)
+        return
+    if wait:
+        raise over_limit(
+            "call_rate",
+            f"Calling too fast: this client may make {rate} tools/call requests "
+            "(TASKDESK_CALL_RATE); wait Retry-After seconds",
+            retry_after=wait,
+            rate=rate,
+        )
+
+
+def poll_rate(wait: float | None) -> RetryLater:
+    """``tasks/get`` polled faster than ``TASKDESK_POLL_THROTTLE``."""
+    return over_limit(
+        "poll_rate",
+        f"Polling too fast: wait {max(1, math.ceil(wait or 1))} s (honour pollIntervalMs)",
+        retry_after=wait or 1,
+    )
+
+
+# --- slots ------------------------------------------------------------------------------------
+
+
+class Slots:
+    """A per-process count of concurrent runs, taken without waiting."""
+
+    def __init__(self, size: Callable[[], int]) -> None:
+        self._size = size
+        self._lock = threading.Lock()
+        self._used = 0
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    def try_take(self) -> bool:
+        with self._lock:
+            if self._used >= self._size():
+                return False
+            self._used += 1
+            return True
+
+    def give_back(self) -> None:
+        with self._lock:
+            self._used = max(0, self._used - 1)
+
+    def take(self, what: str = "synchronous calls") -> Callable[[], None]:
+        """Take a slot or raise ``busy``; return the function that gives it back (once)."""
+        if not self.try_take():
+            raise busy(what)
+        given = threading.Event()
+
+        def release() -> None:
+            if not given.is_set():
+                given.set()
+                self.give_back()
+
+        return release
+
+    @contextlib.contextmanager
+    def held(self, what: str = "synchronous calls") -> Iterator[None]:
+        release = self.take(what)
+        try:
+            yield
+        finally:
+            release()
+
+
+#: The slots of synchronous tool and prompt runs (streamed or not) in this process.
+sync_slots = Slots(lambda: settings.TASKDESK_SYNC_CONCURRENCY)
+
+
+@receiver(setting_changed)
+def _reset_slots(*, setting: str, **kwargs: Any) -> None:
+    if setting == "TASKDESK_SYNC_CONCURRENCY":
+        sync_slots._used = 0
+
+
+# --- disconnects ------------------------------------------------------------------------------
+
+
+def disconnected(request: Any) -> Callable[[], bool]:
+    """A check that answers True once the client has closed the connection of REQUEST.
+
+    Gunicorn hands the client socket to the application (``gunicorn.socket``); a peek that
+    reads end-of-file means the client has gone. Without a socket (other servers, the test
+    client) the check always answers False.
+    """
+    meta = getattr(request, "META", {})
+    sock = meta.get("gunicorn.socket")
+    if not isinstance(sock, socket.socket):
+        return lambda: False
+
+    def check() -> bool:
+        try:
+            return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False  # nothing to read: the client is waiting for its answer
+        except ValueError:
+            return False  # a TLS socket cannot be peeked at
+        except OSError as exc:
+            return exc.errno in {errno.ECONNRESET, errno.EPIPE, errno.EBADF, errno.ENOTCONN}
+
+    return check

@@ -1,0 +1,129 @@
+"""Bounded web work: the synchronous slots of a process and the time cap of a synchronous run.
+
+(The same under real load, with real disconnects, against live gunicorn processes:
+tests/integration/test_web_limits.py.)"""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from tasks_app.mcp import limits
+from tasks_app.models import Task
+from tests.runtime_toolset import RUNTIME_TOOLSETS
+from tests.wire import error_of, request, result_of, sse_messages
+
+pytestmark = pytest.mark.django_db
+
+
+def echo(mcp, *, seconds: float = 0, key: str | None = None, **env):  # type: ignore[no-untyped-def]
+    headers = {"Idempotency-Key": key} if key else None
+    body = request(
+        "tools/call", {"name": "slow_echo", "arguments": {"text": "hi", "seconds": seconds}}, **env
+    )
+    return mcp.post(body, headers=headers)
+
+
+def assert_busy(response) -> None:  # type: ignore[no-untyped-def]
+    assert response.status_code == 429, response.content
+    assert response["Retry-After"] == "1"
+    error = error_of(response)
+    assert error["code"] == -32000
+    assert error["data"]["reason"] == "busy"
+    assert "TASKDESK_SYNC_CONCURRENCY" in error["message"]
+
+
+@pytest.fixture
+def one_slot(settings):  # type: ignore[no-untyped-def]
+    settings.TASKDESK_SYNC_CONCURRENCY = 1
+    yield
+    assert limits.sync_slots.used == 0
+
+
+def test_a_synchronous_call_with_no_free_slot_is_refused_at_once(mcp, one_slot) -> None:  # type: ignore[no-untyped-def]
+    release = limits.sync_slots.take()
+    try:
+        assert_busy(echo(mcp))
+        # A receipt needs no slot: with the extension the call becomes a task.
+        assert result_of(echo(mcp, tasks=True))["resultType"] == "task"
+    finally:
+        release()
+
+    assert result_of(echo(mcp))["content"][0]["text"] == "hi"
+
+
+def test_a_keyed_call_that_would_wait_is_refused_before_anything_is_written(mcp, one_slot) -> None:  # type: ignore[no-untyped-def]
+    release = limits.sync_slots.take()
+    try:
+        assert_busy(echo(mcp, key="wait-1"))
+    finally:
+        release()
+
+    assert not Task.objects.exists()
+
+
+def test_a_streamed_call_holds_its_slot_until_its_thread_ends(mcp, one_slot, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    body = request("tools/call", {"name": "test_tool_with_progress", "arguments": {}})
+    body["params"]["_meta"]["progressToken"] = "p1"
+
+    response = mcp.post(body)
+
+    messages = sse_messages(response) if response.streaming else [json.loads(response.content)]
+    assert "result" in messages[-1], messages
+    assert limits.sync_slots.used == 0
+
+
+def test_a_synchronous_run_past_the_time_cap_is_stopped_with_a_clear_error(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
+    started = time.monotonic()
+
+    response = echo(mcp, seconds=60)
+
+    assert time.monotonic() - started < 30  # stopped, not run to its end
+    assert response.status_code == 200
+    error = error_of(response)
+    assert error["code"] == -32000
+    assert error["data"] == {"reason": "sync_time_limit", "limitSeconds": 0.3}
+    assert "with the tasks extension declared, or with an idempotency key" in error["message"]
+    assert limits.sync_slots.used == 0
+
+
+def test_an_escalating_tool_past_the_time_cap_becomes_a_task(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
+    body = request("tools/call", {"name": "slow_then_escalate", "arguments": {}}, tasks=True)
+
+    created = result_of(mcp.post(body))
+
+    assert created["resultType"] == "task"
+    assert Task.objects.get(pk=created["taskId"]).tool_name == "slow_then_escalate"
+
+
+def test_without_the_extension_the_same_tool_gets_the_error(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
+    body = request("tools/call", {"name": "slow_then_escalate", "arguments": {}})
+
+    error = error_of(mcp.post(body))
+
+    assert error["data"]["reason"] == "sync_time_limit"
+    assert not Task.objects.exists()
+
+
+def test_slots_are_counted_per_process_and_given_back_once(settings) -> None:
+    settings.TASKDESK_SYNC_CONCURRENCY = 2
+    first, second = limits.sync_slots.take(), limits.sync_slots.take()
+    with pytest.raises(limits.RetryLater):
+        limits.sync_slots.take()
+
+    first()
+    first()  # a second call gives nothing back twice
+
+    assert limits.sync_slots.used == 1
+    third = limits.sync_slots.take()
+    second()
+    third()
+    assert limits.sync_slots.used == 0

@@ -26,6 +26,7 @@ run: install
 	$(BIN)/python manage.py migrate --noinput
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py bootstrap
+	$(BIN)/python manage.py clear_metrics
 	exec $(BIN)/honcho --no-colour -f Procfile -d . start -p $(PORT)
 
 # Tests keep their SQLite files, broker folder and exports apart from `make run`'s.

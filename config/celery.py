@@ -6,7 +6,7 @@ import os
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init
+from celery.signals import worker_process_init, worker_process_shutdown
 from kombu.transport import TRANSPORT_ALIASES
 
 # "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
@@ -33,3 +33,15 @@ def _skew_clock_for_tests(**kwargs: Any) -> None:
 
     now = datetime.datetime.now(datetime.UTC)
     time_machine.travel(now + datetime.timedelta(seconds=float(skew)), tick=True).start()
+
+
+@worker_process_shutdown.connect
+def _mark_metrics_process_dead(pid: int | None = None, **kwargs: object) -> None:
+    # A pool process that exits leaves its counters in the totals of /metrics; its live
+    # gauges (none today) would leave them. A process killed outright cannot say so: its
+    # files simply stay, which is right for counters.
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(pid or os.getpid(), folder)  # type: ignore[no-untyped-call]

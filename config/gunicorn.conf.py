@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+from typing import Any
 
 _host = os.environ.get("HOST", "127.0.0.1")
 # Honcho gives every process its own PORT; TASKDESK_PORT keeps the one the user chose.
@@ -20,3 +21,37 @@ accesslog = os.environ.get("WEB_ACCESS_LOG") or None
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info").lower()
 proc_name = "taskdesk-web"
+
+# LOG_FORMAT=json: gunicorn's own lines (start-up, worker boots, the access log) as JSON too.
+if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
+    _json_handler = {
+        "class": "logging.StreamHandler",
+        "formatter": "json",
+        "filters": ["context"],
+        "stream": "ext://sys.stderr",
+    }
+    logconfig_dict = {
+        "version": 1,
+        "disable_existing_loggers": False,
+        "filters": {"context": {"()": "tasks_app.logcontext.ContextFilter"}},
+        "formatters": {"json": {"()": "tasks_app.logcontext.JsonFormatter"}},
+        "handlers": {"console": _json_handler},
+        "loggers": {
+            "gunicorn.error": {
+                "handlers": ["console"],
+                "level": loglevel.upper(),
+                "propagate": False,
+            },
+            "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
+        },
+    }
+
+
+def child_exit(server: Any, worker: Any) -> None:
+    """Tell prometheus-client a web worker process is gone (its live gauges leave /metrics;
+    its counters stay in the totals)."""
+    folder = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if folder:
+        from prometheus_client import multiprocess
+
+        multiprocess.mark_process_dead(worker.pid, folder)  # type: ignore[no-untyped-call]

@@ -8,6 +8,7 @@ names the variable.
 
 from __future__ import annotations
 
+import logging
 import os
 import secrets
 from datetime import timedelta
@@ -130,6 +131,9 @@ def _generated_secret(path: Path) -> str:
 
 VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or BASE_DIR / "var")
 DEBUG = env_bool("DEBUG", False)
+# A key generated here is this host's alone: processes on other hosts would generate their
+# own, and disagree about every signed value. /healthz warns when it is in use.
+SECRET_KEY_GENERATED = not env_secret("SECRET_KEY")
 SECRET_KEY = env_secret("SECRET_KEY") or _generated_secret(VAR_DIR / "secret_key")
 
 HOST = env_str("HOST", "127.0.0.1")
@@ -176,6 +180,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # Request ids and the MCP request metrics; first, so it sees every answer.
+    "tasks_app.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
@@ -545,6 +551,18 @@ TASKDESK_DEMO_REFUND_SECONDS = env_float("TASKDESK_DEMO_REFUND_SECONDS", 0.0, mi
 TASKDESK_DEMO_NOTICE_SECONDS = env_float("TASKDESK_DEMO_NOTICE_SECONDS", 1.0, minimum=0)
 TASKDESK_PUBLIC_URL = env_str("TASKDESK_PUBLIC_URL") or f"http://{HOST}:{PORT}"
 
+# --- metrics ---------------------------------------------------------------------------------
+
+# prometheus-client's multiprocess mode: every gunicorn worker and Celery pool process of this
+# host writes its counters here, and /metrics adds them up. prometheus-client reads the
+# variable when it is first imported, which is after settings, so it is exported here.
+# `make run` (manage.py clear_metrics) and the systemd units empty it before a start.
+PROMETHEUS_MULTIPROC_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "prometheus")
+PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
+os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
+# A bearer token for /metrics; without one only loopback callers may read it.
+TASKDESK_METRICS_TOKEN = env_secret("TASKDESK_METRICS_TOKEN")
+
 # --- logging ---------------------------------------------------------------------------------
 
 LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
@@ -552,13 +570,29 @@ LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 # Celery's own line per job received and succeeded names only its message id, so it is
 # kept for LOG_LEVEL=DEBUG. A job that fails is still logged (ERROR).
 _CELERY_JOB_LOG_LEVEL = "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"
+# LOG_FORMAT=json: one JSON object per line (tasks_app.logcontext); text: readable lines.
+# Either way every line about a request or a task carries its request id, client, tool and
+# task id.
+LOG_FORMAT = env_str("LOG_FORMAT", "text").lower()
+if LOG_FORMAT not in {"text", "json"}:
+    raise ImproperlyConfigured(f"LOG_FORMAT must be text or json, not {LOG_FORMAT!r}")
+if LOG_FORMAT == "json":
+    logging.captureWarnings(True)  # warnings become log lines instead of free text on stderr
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
+    "filters": {"context": {"()": "tasks_app.logcontext.ContextFilter"}},
     "formatters": {
-        "plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"},
+        "text": {"()": "tasks_app.logcontext.TextFormatter"},
+        "json": {"()": "tasks_app.logcontext.JsonFormatter"},
     },
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "handlers": {
+        "console": {
+            "class": "logging.StreamHandler",
+            "formatter": LOG_FORMAT,
+            "filters": ["context"],
+        }
+    },
     "root": {"handlers": ["console"], "level": LOG_LEVEL},
     "loggers": {
         "django.db.backends": {"level": "WARNING"},

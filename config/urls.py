@@ -10,6 +10,7 @@ urlpatterns = [
     path("healthz", task_views.healthz, name="healthz"),
     path("livez", task_views.livez, name="livez"),
     path("readyz", task_views.readyz, name="readyz"),
+    path("metrics", task_views.metrics_view, name="metrics"),
     path("mcp", McpView.as_view(), name="mcp"),
     path("admin/", admin.site.urls),
     path("accounts/", include("django.contrib.auth.urls")),

@@ -28,7 +28,7 @@ import rfc8785
 from django.conf import settings
 from django.utils import timezone
 
-from tasks_app import dispatch, retention, sql
+from tasks_app import dispatch, metrics, retention, sql, tracing
 from tasks_app.models import ACTIVE_STATUSES, Client, Status, Task
 from tasks_app.tools import InvalidArguments, ToolSpec
 
@@ -159,6 +159,18 @@ def accept(
     required key, invalid arguments, or a key reused with a different call; nothing is
     written then.
     """
+    with tracing.span("accept", tool=tool.name):
+        return _accept(client, tool, arguments, era, key, journal)
+
+
+def _accept(
+    client: Client,
+    tool: ToolSpec,
+    arguments: dict[str, Any],
+    era: str,
+    key: IdempotencyKey | None,
+    journal: list[dict[str, Any]] | None,
+) -> Receipt:
     if key is None and tool.requires_idempotency_key:
         raise IdempotencyKeyRequired(
             f"Tool {tool.name!r} requires an idempotency key, so that a retried call cannot "
@@ -171,14 +183,18 @@ def accept(
     if limit and _at_active_limit(client, limit) and not _key_used(client, value):
         raise ActiveTaskLimit(limit)
     task = new_task(client, tool, normalized, fingerprint(tool, normalized), value, era)
-    stored = sql.hot_path().insert_or_get(
-        task, actor=client.name, carrier=carrier, journal=journal or []
-    )
+    # The dispatch record written here keeps this span's context for the task's first leg.
+    with tracing.span("dispatch", tool=tool.name):
+        stored = sql.hot_path().insert_or_get(
+            task, actor=client.name, carrier=carrier, journal=journal or []
+        )
     if isinstance(stored, sql.Accepted):
         dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk)
+        metrics.task_accepted(tool=tool.name, replayed=False)
         return Receipt(task=stored.task, replayed=False, key=value, carrier=carrier)
     if stored.task.fingerprint != task.fingerprint:
         raise _reused(value)
+    metrics.task_accepted(tool=tool.name, replayed=True)
     return Receipt(task=stored.task, replayed=True, key=value, carrier=carrier)
 
 

@@ -15,6 +15,7 @@ class TasksAppConfig(AppConfig):
         from django.conf import settings
         from django.core.exceptions import ImproperlyConfigured
 
+        from tasks_app import tracing
         from tasks_app.mcp import checks  # noqa: F401 - registers the system checks
         from tasks_app.tools.registry import ToolDefinitionError, load_toolsets
 
@@ -24,6 +25,9 @@ class TasksAppConfig(AppConfig):
             load_toolsets(settings.TASKDESK_TOOLSETS)
         except (ToolDefinitionError, ImportError) as exc:
             raise ImproperlyConfigured(str(exc)) from exc
+        # In every process (a Celery pool process inherits it; the span exporter's thread
+        # starts again after the fork).
+        tracing.configure()
 
         post_migrate.connect(_create_cache_table, sender=self)
 

@@ -30,7 +30,7 @@ from django.db import close_old_connections, connections, transaction
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks_app import sql
+from tasks_app import sql, tracing
 from tasks_app.models import TERMINAL_STATUSES, Dispatch, Task
 
 log = logging.getLogger(__name__)
@@ -62,7 +62,9 @@ REPUBLISH_DOUBLINGS = 5
 
 def enqueue(task: Task, *, reason: str) -> Dispatch:
     """Record that TASK needs a leg, and publish the record once the transaction commits."""
-    record = Dispatch.objects.create(task=task, reason=reason, tenant_id=sql.tenant_of(task))
+    record = Dispatch.objects.create(
+        task=task, reason=reason, tenant_id=sql.tenant_of(task), context=tracing.origin()
+    )
     publish_on_commit(record.pk, task.pk)
     return record
 
@@ -95,7 +97,13 @@ def publish_later(task_id: str, *, seconds: float) -> None:
 def publish_on_commit(dispatch_id: int, task_id: str) -> None:
     """Publish record DISPATCH_ID when the current transaction commits (at once outside a
     transaction)."""
-    transaction.on_commit(lambda: _publisher.publish((dispatch_id, task_id)))
+    trace = tracing.carrier()  # the span of the caller, whenever the commit comes
+    transaction.on_commit(lambda: _publish_traced(dispatch_id, task_id, trace))
+
+
+def _publish_traced(dispatch_id: int, task_id: str, trace: dict[str, str]) -> None:
+    with tracing.continued(trace, "publish", dispatch=dispatch_id, task_id=task_id):
+        _publisher.publish((dispatch_id, task_id))
 
 
 def publish(dispatch_id: int, task_id: str) -> bool:
@@ -143,6 +151,7 @@ def _send(records: Sequence[Pending]) -> None:
                 retry_policy=_FAST_RETRY,
                 # Celery would otherwise build both with saferepr on every message.
                 argsrepr="()",
+                headers=tracing.carrier(),
                 kwargsrepr=f"{{'task_id': {task_id!r}, 'dispatch_id': {dispatch_id}}}",
             )
 

@@ -68,6 +68,18 @@ def check_workers(*, required: bool = False) -> dict[str, Any]:
     return out
 
 
+def deploy_warnings() -> list[str]:
+    """What is wrong for a deployment without stopping this process from working."""
+    warnings = []
+    if settings.SECRET_KEY_GENERATED:
+        warnings.append(
+            "SECRET_KEY was generated on this host (TASKDESK_VAR_DIR/secret_key): processes "
+            "on other hosts generate their own and reject each other's signed values. Set "
+            "the same SECRET_KEY (or SECRET_KEY_FILE) for every process."
+        )
+    return warnings
+
+
 def report(*, ready: bool = False) -> tuple[bool, dict[str, Any]]:
     """(healthy, body). With READY (``/readyz``), a worker must have reported, recently."""
     parts = {"database": check_database(), "broker": check_broker()}
@@ -78,6 +90,8 @@ def report(*, ready: bool = False) -> tuple[bool, dict[str, Any]]:
     )
     failing = [name for name, part in parts.items() if not part["ok"]]
     body = {"status": "ok" if not failing else "fail", "failing": failing, **parts}
+    # Warnings do not make it fail: a single host works with a generated key.
+    body["warnings"] = deploy_warnings()
     return not failing, body
 
 

@@ -314,6 +314,9 @@ class Dispatch(models.Model):
     # Set by the leg that received this record's message: a second delivery of the same
     # message (broker redelivery, a record published twice) finds it set and does nothing.
     consumed_at = models.DateTimeField(null=True, blank=True)
+    # Where the record came from (``logcontext.origin``: the request id and client of the
+    # call that wrote it), for the log lines of the leg it starts.
+    context = models.JSONField(default=dict, blank=True)
 
     class Meta:
         indexes = [

@@ -36,6 +36,7 @@ expired by the database's clock.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache, cached_property
@@ -50,7 +51,7 @@ from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
 from psycopg.types.json import Jsonb
 
-from tasks_app import seams
+from tasks_app import seams, tracing
 from tasks_app.models import (
     Actor,
     Client,
@@ -198,6 +199,8 @@ class Claim:
 
     task: Task
     has_journal: bool
+    # The dispatch record's ``context`` (empty for a claim without a record).
+    origin: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -213,6 +216,14 @@ class Ending:
     fields: dict[str, Any]
     detail: dict[str, Any]
     now: datetime
+
+
+@dataclass(frozen=True)
+class Ended:
+    """``end_leased``: what the ended task's duration metric needs."""
+
+    tool_name: str
+    created_at: datetime
 
 
 # --- the portable implementation ----------------------------------------------------------
@@ -331,7 +342,7 @@ class Portable:
                       new_status=task.status, era=task.era, carrier=carrier)  # fmt: skip
                 # Published by the caller once this commits (``dispatch.publish_on_commit``).
                 record = Dispatch.objects.create(
-                    task=task, reason="accepted", tenant_id=tenant_of(task)
+                    task=task, reason="accepted", tenant_id=tenant_of(task), context=tracing.origin()
                 )
                 JournalEntry.objects.bulk_create(
                     JournalEntry(task=task, **{k: e[k] for k in ("seq", "kind", "name", "outcome")})
@@ -411,6 +422,10 @@ class Portable:
             )
             if cursor.rowcount != 1:
                 return None
+            cursor.execute(f"SELECT context FROM {t['dispatch']} WHERE id = %s", [dispatch_id])
+            (origin,) = cursor.fetchone()
+        else:
+            origin = None
         claimable = self._claimable.format(now=self._db_now, working="%s")
         cursor.execute(
             f"UPDATE {t['task']} SET lease_owner = %s, lease_expires_at = {self._db_later}, "
@@ -421,13 +436,13 @@ class Portable:
         row = cursor.fetchone()
         if row is None:
             return None
-        claim = self._claimed(task_id, owner, row)
+        claim = self._claimed(task_id, owner, (*row, origin))
         event(Task(pk=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
               leg=claim.task.leg, dispatch=dispatch_id)  # fmt: skip
         return claim
 
     def _claimed(self, task_id: str, owner: str, row: tuple[Any, ...]) -> Claim:
-        tool_name, arguments, leg, client_id, has_journal, status, expires = row
+        tool_name, arguments, leg, client_id, has_journal, status, expires, origin = row
         task = Task(
             pk=task_id,
             client_id=client_id,
@@ -438,7 +453,7 @@ class Portable:
             lease_owner=owner,
             lease_expires_at=_as_datetime(expires),
         )
-        return Claim(task=task, has_journal=bool(has_journal))
+        return Claim(task=task, has_journal=bool(has_journal), origin=_origin(origin))
 
     def renew(self, *, task_id: str, owner: str, leg: int, lease_seconds: float) -> bool:
         """Push the expiry of OWNER's lease (generation LEG) to the database's time plus
@@ -500,9 +515,9 @@ class Portable:
 
     # --- the end of a leg -------------------------------------------------------------------
 
-    def end_leased(self, ending: Ending) -> bool:
+    def end_leased(self, ending: Ending) -> Ended | None:
         """End leased, working task ENDING.task_id in ENDING.status: write its fields, clear
-        the lease, write the event and close its pending questions. False, having written
+        the lease, write the event and close its pending questions. None, having written
         nothing, if ENDING.owner no longer holds the lease (generation ENDING.leg, unexpired by
         the database's clock) of a working task."""
         e = ending
@@ -512,12 +527,15 @@ class Portable:
             ).update(status=e.status, updated_at=e.now, finished_at=e.now, lease_owner="",
                      lease_expires_at=None, **e.fields)  # fmt: skip
             if not changed:
-                return False
+                return None
             task = Task(pk=e.task_id)
             event(task, e.kind, actor_type=Actor.WORKER, actor=e.actor,
                   old_status=Status.WORKING, new_status=e.status, **e.detail)  # fmt: skip
             seams.pending_questions().close(task, reason=e.status)
-        return True
+            tool_name, created_at = Task.objects.values_list("tool_name", "created_at").get(
+                pk=e.task_id
+            )
+        return Ended(tool_name=tool_name, created_at=created_at)
 
 
 _ARGUMENTS = Task._meta.get_field("arguments")
@@ -586,9 +604,9 @@ WITH new_task AS (
 ), duplicate_event AS (
     {duplicate}
 ), outbox AS (
-    INSERT INTO {t["dispatch"]} (task_id, reason, created_at, attempts, tenant_id)
+    INSERT INTO {t["dispatch"]} (task_id, reason, created_at, attempts, tenant_id, context)
     SELECT id, 'accepted', %(created_at)s, 0,
-        (SELECT tenant_id FROM {t["client"]} WHERE id = new_task.client_id)
+        (SELECT tenant_id FROM {t["client"]} WHERE id = new_task.client_id), %(origin)s
     FROM new_task
     RETURNING id
 )
@@ -610,6 +628,7 @@ SELECT old_task.*, NULL FROM old_task
             actor=actor,
             detail=Jsonb({"era": task.era, "carrier": carrier}),
             now=task.created_at,
+            origin=Jsonb(tracing.origin()),
         )
         # Outside a transaction the statement commits by itself. Inside one, the receipt
         # would not be durable on return: a durable atomic block refuses that (except in a
@@ -657,11 +676,12 @@ SELECT old_task.*, NULL FROM old_task
         WITH consumed AS (
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = %(dispatch)s AND task_id = %(task)s AND consumed_at IS NULL
-            RETURNING id
+            RETURNING id, context
         ), {claimed}, started AS (
             {self._started("%(dispatch)s::bigint", "claimed")}
         )
-        SELECT tool_name, arguments, leg, client_id, has_journal, status, lease_expires_at
+        SELECT tool_name, arguments, leg, client_id, has_journal, status, lease_expires_at,
+            (SELECT context FROM consumed)
         FROM claimed
     """
 
@@ -676,13 +696,13 @@ SELECT old_task.*, NULL FROM old_task
         ), consumed AS (
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = (SELECT id FROM next)
-            RETURNING id, task_id
+            RETURNING id, task_id, context
         ), {claimed}, started AS (
             {self._started("consumed.id", "claimed, consumed")}
         )
         SELECT consumed.id, consumed.task_id,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
-            claimed.has_journal, claimed.status, claimed.lease_expires_at
+            claimed.has_journal, claimed.status, claimed.lease_expires_at, consumed.context
         FROM consumed LEFT JOIN claimed ON true
     """
 
@@ -741,16 +761,16 @@ WITH ended AS (
         lease_owner = '', lease_expires_at = NULL{assignments}
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
         AND leg = %(leg)s AND lease_expires_at > statement_timestamp()
-    RETURNING id
+    RETURNING id, tool_name, created_at
 ), closed AS (
     {questions.sql}
 ), written AS (
     {ended}
 )
-SELECT count(*) FROM ended
+SELECT tool_name, created_at FROM ended
 """
 
-    def end_leased(self, ending: Ending) -> bool:
+    def end_leased(self, ending: Ending) -> Ended | None:
         # One statement, so one round trip and atomic without a transaction block.
         e = ending
         params: dict[str, Any] = {
@@ -773,7 +793,14 @@ SELECT count(*) FROM ended
             input_closed=EventKind.INPUT_CLOSED.value,
         )
         row = fetch_prepared(self._end_leased_sql(tuple(sorted(e.fields))), params)
-        return bool(row and row[0])
+        return None if row is None else Ended(tool_name=row[0], created_at=row[1])
+
+
+def _origin(value: Any) -> dict[str, Any]:
+    # jsonb arrives decoded from psycopg; SQLite's raw cursor hands back the JSON text.
+    if isinstance(value, str):
+        value = json.loads(value)
+    return value if isinstance(value, dict) else {}
 
 
 def _task_field(name: str) -> Field[Any, Any]:

@@ -15,12 +15,13 @@ Lock order: a Task row is always locked before any of its InputRequest or Effect
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import dispatch, seams, sql
+from tasks_app import dispatch, metrics, seams, sql
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -93,6 +94,9 @@ def _move(
             sql.hot_path().release(task_id=task.pk, owner=None, now=now)
             task.lease_owner, task.lease_expires_at = "", None
         seams.pending_questions().close(task, reason=to)
+        # Counted once the transaction commits: a rolled-back end did not happen.
+        ended = partial(metrics.task_ended, tool=task.tool_name, status=to, now=now)
+        transaction.on_commit(partial(ended, created_at=task.created_at))
     return task
 
 
@@ -117,8 +121,10 @@ def _end_leased(
     now = timezone.now()
     ending = sql.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, leg=lease_leg,
                         actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
-    if not sql.hot_path().end_leased(ending):
+    ended = sql.hot_path().end_leased(ending)
+    if ended is None:
         raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner} (leg {lease_leg})")
+    metrics.task_ended(tool=ended.tool_name, status=to, created_at=ended.created_at, now=now)
     return Task(pk=task_id, status=to, finished_at=now, **fields)
 
 

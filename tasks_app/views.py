@@ -1,10 +1,11 @@
 from __future__ import annotations
 
-from django.http import HttpRequest, JsonResponse
+from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.views.decorators.cache import never_cache
 from django.views.decorators.http import require_GET
 
-from tasks_app import health
+from elicitations.metrics import PendingQuestionsCollector
+from tasks_app import health, metrics
 from tasks_app.dashboard import effect_reconcile, task_cancel, task_detail, task_list
 
 # The operator console's views live in tasks_app.dashboard.
@@ -12,6 +13,7 @@ __all__ = [
     "effect_reconcile",
     "healthz",
     "livez",
+    "metrics_view",
     "readyz",
     "task_cancel",
     "task_detail",
@@ -47,3 +49,14 @@ def livez(request: HttpRequest) -> JsonResponse:
     """The process answers. Touches nothing else, so a database outage does not get a
     healthy web process restarted."""
     return JsonResponse({"status": "ok"})
+
+
+@require_GET
+@never_cache
+def metrics_view(request: HttpRequest) -> HttpResponse:
+    """``/metrics`` in the Prometheus text format (``tasks_app.metrics``)."""
+    refused = metrics.refusal(request)
+    if refused is not None:
+        return refused
+    body = metrics.exposition([metrics.DatabaseCollector(), PendingQuestionsCollector()])
+    return HttpResponse(body, content_type=metrics.CONTENT_TYPE)

@@ -125,6 +125,11 @@ def _empty_embedded_broker():  # type: ignore[no-untyped-def]
         folder = Path(settings.CELERY_BROKER_TRANSPORT_OPTIONS["data_folder_in"])
         for message in folder.glob("*"):
             message.unlink(missing_ok=True)
+    elif settings.CELERY_BROKER_URL.startswith(("amqp", "pyamqp")):
+        # A RabbitMQ vhost keeps its queues between runs.
+        from config.celery import app
+
+        app.control.purge()
 
 
 @pytest.fixture

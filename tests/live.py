@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -114,6 +115,8 @@ class LiveStack:
             "DATABASE_URL": database_url(),
             "SECRET_KEY": settings.SECRET_KEY,
             "TASKDESK_VAR_DIR": str(self.tmp),
+            # This stack's own metrics folder (the test process exports its own).
+            "PROMETHEUS_MULTIPROC_DIR": str(self.tmp / "prometheus"),
             # The same embedded broker folder as this test process, so work it dispatches
             # (through transitions called in-process) reaches the live worker too.
             "TASKDESK_BROKER_DIR": str(settings.BROKER_DIR),
@@ -156,7 +159,8 @@ class LiveStack:
 
     def start(self, *, wait: bool = True) -> LiveStack:
         self.collect_static()
-        self._spawn("web", [str(BIN / "gunicorn"), "config.wsgi", "-c", "config/gunicorn.conf.py"])
+        self.clear_metrics()
+        self.start_web()
         if self.want_worker:
             self.start_worker()
         if self.want_beat:
@@ -165,6 +169,14 @@ class LiveStack:
         if wait:
             self.wait_healthy()
         return self
+
+    def clear_metrics(self) -> None:
+        """Empty the metrics folder before the processes start, as `make run` does."""
+        shutil.rmtree(self.env["PROMETHEUS_MULTIPROC_DIR"], ignore_errors=True)
+
+    def _celery(self, *args: str) -> list[str]:
+        quiet = ["--quiet"] if self.env.get("LOG_FORMAT") == "json" else []  # no banner
+        return [str(BIN / "celery"), "-A", "config", *quiet, *args]
 
     def collect_static(self) -> None:
         """Collect static files into this stack's folder, as `make run` does: the manifest
@@ -175,6 +187,12 @@ class LiveStack:
             env=self.env,
             check=True,
         )
+
+    def start_web(self, name: str = "web", port: int | None = None) -> subprocess.Popen[bytes]:
+        """Start a web server (gunicorn) as NAME, on PORT (default: the stack's own)."""
+        env = None if port is None else {"PORT": str(port), "TASKDESK_PORT": str(port)}
+        gunicorn = [str(BIN / "gunicorn"), "config.wsgi", "-c", "config/gunicorn.conf.py"]
+        return self._spawn(name, gunicorn, env)
 
     def start_worker(
         self,
@@ -188,10 +206,7 @@ class LiveStack:
         ENV added to the stack's environment."""
         return self._spawn(
             name,
-            [
-                str(BIN / "celery"),
-                "-A",
-                "config",
+            self._celery(
                 "worker",
                 "--pool",
                 "prefork",
@@ -205,7 +220,7 @@ class LiveStack:
                 f"{name}-{self.port}@%h",
                 "--without-mingle",
                 "--without-gossip",
-            ],
+            ),
             env,
         )
 
@@ -216,16 +231,7 @@ class LiveStack:
     def start_beat(self) -> subprocess.Popen[bytes]:
         return self._spawn(
             "beat",
-            [
-                str(BIN / "celery"),
-                "-A",
-                "config",
-                "beat",
-                "--loglevel",
-                "INFO",
-                "-s",
-                str(self.tmp / "celerybeat-schedule"),
-            ],
+            self._celery("beat", "--loglevel", "INFO", "-s", str(self.tmp / "celerybeat-schedule")),
         )
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:

@@ -1,6 +1,6 @@
 """Which external services a test needs, and what happens when one is missing.
 
-A test marked ``postgres``, ``redis`` or ``browser`` is skipped with a visible reason when the
+A test marked ``postgres``, ``redis``, ``rabbitmq`` or ``browser`` is skipped with a visible reason when the
 service cannot be reached. CI sets ``TASKDESK_REQUIRE_SERVICES=1``, which turns that skip into
 a failure, so a CI run never passes by skipping.
 """
@@ -41,6 +41,24 @@ def redis_url() -> str | None:
     return url if port_open(parts.hostname or "127.0.0.1", parts.port or 6379) else None
 
 
+# A RabbitMQ vhost for the tests that need one whatever the run's broker (the multi-node
+# test). Give each checkout or CI run a vhost of its own.
+AMQP_DEFAULT = "amqp://guest:guest@127.0.0.1:5672//"
+
+
+@cache
+def amqp_url() -> str | None:
+    """A RabbitMQ URL for tests: the broker's if it is RabbitMQ, else TASKDESK_TEST_AMQP_URL
+    (default: the local server's default vhost), if reachable."""
+    broker = os.environ.get("CELERY_BROKER_URL", "")
+    if broker.startswith(("amqp", "pyamqp")):
+        url = broker
+    else:
+        url = os.environ.get("TASKDESK_TEST_AMQP_URL") or AMQP_DEFAULT
+    parts = urlsplit(url)
+    return url if port_open(parts.hostname or "127.0.0.1", parts.port or 5672) else None
+
+
 def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
@@ -70,6 +88,10 @@ def _missing(marker: str) -> str | None:
         if redis_server_binary() is None:
             return "redis-server is not installed"
         return None
+    if marker == "rabbitmq":
+        if amqp_url() is None:
+            return "no RabbitMQ server reachable (TASKDESK_TEST_AMQP_URL)"
+        return None
     if marker == "browser":
         if chromium_path() is None:
             return "Chromium is not installed (apt-get install chromium)"
@@ -79,7 +101,7 @@ def _missing(marker: str) -> str | None:
 
 def apply_markers(items: list[pytest.Item]) -> None:
     for item in items:
-        for marker in ("postgres", "redis", "browser"):
+        for marker in ("postgres", "redis", "rabbitmq", "browser"):
             if item.get_closest_marker(marker) is None:
                 continue
             reason = _missing(marker)

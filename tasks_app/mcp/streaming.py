@@ -14,6 +14,7 @@ Closing the stream cancels the call: the tool's next checkpoint raises ``Cancell
 
 from __future__ import annotations
 
+import contextvars
 import json
 import logging
 import queue
@@ -26,8 +27,9 @@ from django.conf import settings
 from django.db import connections
 from django.http import HttpResponse, StreamingHttpResponse
 
+from tasks_app import logcontext
 from tasks_app.mcp import limits
-from tasks_app.mcp.errors import McpError
+from tasks_app.mcp.errors import InternalError, McpError
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -83,6 +85,7 @@ def json_response(
 
 
 def error_response(request_id: Any, error: McpError) -> HttpResponse:
+    logcontext.update(code=error.code)  # for the request's log line and metrics
     return json_response(failure(request_id, error), error.http_status, error.headers())
 
 
@@ -120,7 +123,13 @@ def respond(
                 streamed.release()
 
     try:
-        threading.Thread(target=work, name=f"mcp-call-{request_id}", daemon=True).start()
+        # In a copy of the request's log context, so its lines keep the request id.
+        threading.Thread(
+            target=contextvars.copy_context().run,
+            args=(work,),
+            name=f"mcp-call-{request_id}",
+            daemon=True,
+        ).start()
     except BaseException:
         if streamed.release is not None:
             streamed.release()

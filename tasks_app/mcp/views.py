@@ -27,6 +27,7 @@ from rest_framework.request import Request
 from rest_framework.views import APIView
 
 # modern and handshake register their eras (handshake last: it is asked first).
+from tasks_app import logcontext
 from tasks_app.mcp import eras, handshake, limits, modern, streaming  # noqa: F401
 from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient
 from tasks_app.mcp.errors import (
@@ -137,6 +138,7 @@ class McpView(APIView):
         message = self._message(request)
         era = eras.select(request, message)
         client = cast(Client, request.user)  # HasClient lets only a client through
+        logcontext.update(method=message.get("method"), client=client.name)
         return era.handle(request, self, message, client)
 
     def get(self, request: Request) -> HttpResponseBase:

@@ -33,7 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from tasks_app import sql, transitions
+from tasks_app import logcontext, metrics, sql, tracing, transitions
 from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
@@ -112,6 +112,23 @@ def run_waiting_legs(*, seconds: float) -> int:
 
 def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float) -> LegOutcome:
     """Run the leg CLAIM took (its claim was sent at monotonic time SENT)."""
+    # Every line of the leg (the tool's ctx.log lines too) names the task, and the request
+    # that wrote the dispatch record (for a first leg, the call that created the task).
+    task = claim.task
+    with (
+        logcontext.bound(
+            task_id=task.pk,
+            tool=task.tool_name,
+            leg=task.leg,
+            request_id=claim.origin.get("request_id"),
+            client=claim.origin.get("client"),
+        ),
+        tracing.continued(claim.origin, "leg", task_id=task.pk, tool=task.tool_name, leg=task.leg),
+    ):
+        return _run_logged(claim, owner, dispatch_id, sent)
+
+
+def _run_logged(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float) -> LegOutcome:
     task = claim.task
     started = time.monotonic()
     log.info(
@@ -138,12 +155,14 @@ def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: fl
         with leases.held(task.pk, owner, task.leg, since=sent) as lease:
             ctx.lease = lease
             outcome = _undo(ctx) if task.status == Status.CANCELLED else _run(ctx)
+    seconds = time.monotonic() - started
+    metrics.leg_ended(tool=task.tool_name, seconds=seconds)
     log.info(
         "leg ended task=%s leg=%s outcome=%s ms=%.0f",
         task.pk,
         task.leg,
         outcome,
-        (time.monotonic() - started) * 1000,
+        seconds * 1000,
     )
     return outcome
 

@@ -14,7 +14,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 # Variables `make` exports that would mask the ones a test sets.
-_INHERITED = {"DATABASE_URL", "CELERY_BROKER_URL", "HOST", "PORT", "TASKDESK_PORT"}
+_INHERITED = {
+    "DATABASE_URL",
+    "CELERY_BROKER_URL",
+    "HOST",
+    "PORT",
+    "TASKDESK_PORT",
+    "PROMETHEUS_MULTIPROC_DIR",  # settings exports it, so this process has one
+    "LOG_FORMAT",
+}
 
 
 def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
@@ -38,6 +46,7 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
     ("name", "value", "expected"),
     [
         ("DEBUG", "maybe", "DEBUG must be a boolean"),
+        ("LOG_FORMAT", "xml", "LOG_FORMAT must be text or json, not 'xml'"),
         ("PORT", "eighty", "PORT must be an integer"),
         ("TASKDESK_LEASE_SECONDS", "0", "TASKDESK_LEASE_SECONDS must be at least 1"),
         (
@@ -110,12 +119,32 @@ def test_it_generates_the_secret_key_once_readable_only_by_the_owner(tmp_path) -
 
 def test_it_generates_nothing_when_the_secret_key_is_set(tmp_path) -> None:  # type: ignore[no-untyped-def]
     result = run_django(
-        "from django.conf import settings; print(settings.SECRET_KEY)",
+        "from django.conf import settings; print(settings.SECRET_KEY_GENERATED, settings.SECRET_KEY)",
         {"SECRET_KEY": "x" * 60},
         tmp_path,
     )
-    assert result.stdout.strip() == "x" * 60
+    assert result.stdout.strip() == "False " + "x" * 60
     assert not (tmp_path / "secret_key").exists()
+
+
+def test_a_generated_secret_key_is_flagged_for_healthz(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = run_django(
+        "from django.conf import settings; print(settings.SECRET_KEY_GENERATED)",
+        {"SECRET_KEY": ""},
+        tmp_path,
+    )
+    assert result.stdout.strip() == "True"
+
+
+def test_the_metrics_folder_is_under_the_var_dir_and_exported(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    result = run_django(
+        "import os; from django.conf import settings; "
+        "print(settings.PROMETHEUS_MULTIPROC_DIR, os.environ['PROMETHEUS_MULTIPROC_DIR'])",
+        {},
+        tmp_path,
+    )
+    assert result.stdout.split() == [str(tmp_path / "prometheus")] * 2
+    assert (tmp_path / "prometheus").is_dir()
 
 
 def test_host_and_port_feed_allowed_hosts_and_origins(tmp_path) -> None:  # type: ignore[no-untyped-def]

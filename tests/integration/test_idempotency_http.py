@@ -25,7 +25,8 @@ from tests.wire import (
     wait_terminal,
 )
 
-pytestmark = pytest.mark.live
+# broker: CI runs these on RabbitMQ as well as Redis.
+pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 EXPORT = {"quarter": "Q3", "format": "csv", "rows": 500}
 

@@ -31,7 +31,8 @@ from tests.integration.worker_helpers import (
 from tests.live import kill, pool_restored, wait_for
 from tests.tasks_app.runtime.helpers import events as events_of
 
-pytestmark = pytest.mark.live
+# broker: CI runs these on RabbitMQ as well as Redis.
+pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 # Slower demo tools give the random kills a leg to hit.
 EXPORT_SECONDS = 1.0

@@ -13,7 +13,8 @@ from tasks_app.models import Actor, Dispatch, Status
 from tests.integration.worker_helpers import leg_pid, submit, terminal
 from tests.live import wait_for
 
-pytestmark = pytest.mark.live
+# broker: CI runs these on RabbitMQ as well as Redis.
+pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 
 def test_the_same_message_delivered_twice_runs_one_leg(stack, alice) -> None:

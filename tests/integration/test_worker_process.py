@@ -5,6 +5,9 @@ import pytest
 
 from tasks_app.models import WorkerHeartbeat
 
+# broker: CI runs these on RabbitMQ as well as Redis.
+pytestmark = pytest.mark.broker
+
 
 @pytest.mark.live
 def test_a_real_worker_process_consumes_a_job_from_the_broker(live) -> None:  # type: ignore[no-untyped-def]

@@ -127,3 +127,20 @@ def test_readyz_turns_ready_once_beat_and_a_worker_run(live) -> None:  # type: i
 
     assert ready.json()["workers"]["ok"] is True
     assert httpx.get(f"{live.url}/livez", timeout=5).status_code == 200
+
+
+def test_it_warns_when_the_secret_key_was_generated_on_this_host(client, db, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.SECRET_KEY_GENERATED = True
+
+    response = client.get("/healthz")
+
+    assert response.status_code == 200  # a warning, not a failure
+    (warning,) = response.json()["warnings"]
+    assert warning.startswith("SECRET_KEY was generated on this host")
+    assert "Set the same SECRET_KEY (or SECRET_KEY_FILE) for every process." in warning
+
+
+def test_a_secret_key_from_the_environment_gives_no_warning(client, db, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.SECRET_KEY_GENERATED = False
+
+    assert client.get("/healthz").json()["warnings"] == []

@@ -11,7 +11,7 @@ from typing import Any
 
 from elicitations import transitions as elicitation_transitions
 from elicitations.models import Audience, Channel, RequestStatus
-from tasks_app import selectors, transitions
+from tasks_app import logcontext, selectors, transitions
 from tasks_app.mcp import limits, wire
 from tasks_app.mcp.auth import PollThrottle
 from tasks_app.mcp.errors import InvalidParams, tasks_extension_required
@@ -25,6 +25,7 @@ def _task(call: Call) -> Task:
     if not call.envelope.declares_tasks:
         raise tasks_extension_required(call.method)
     task_id = call.data["taskId"]
+    logcontext.update(task_id=task_id)
     try:
         return selectors.task_get_for_client(client=call.client, task_id=task_id)
     except selectors.TaskNotFound:

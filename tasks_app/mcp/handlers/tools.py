@@ -25,7 +25,7 @@ from typing import Any
 
 from django.conf import settings
 
-from tasks_app import acceptance, selectors
+from tasks_app import acceptance, logcontext, selectors
 from tasks_app.mcp import catalog, keys, limits, mrtr, wire
 from tasks_app.mcp.errors import (
     InternalError,
@@ -64,6 +64,7 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
     limits.check_call_rate(call.client.pk)
     name = call.data["name"]
     tool = catalog.current().tools.get(name)
+    logcontext.update(tool=name if tool is not None else None)
     if tool is None:
         raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
     arguments: dict[str, Any] = call.data["arguments"]
@@ -104,7 +105,7 @@ def accept(
     """Resolve the call's idempotency key from its carriers and accept the task: the one
     call into ``acceptance`` of a ``tools/call``."""
     try:
-        return keys.accept(
+        receipt = keys.accept(
             client=call.client,
             tool=tool,
             arguments=arguments,
@@ -124,6 +125,8 @@ def accept(
         raise from_code(exc.code, exc.message, exc.data) from None
     except InvalidArguments as exc:
         raise InvalidParams(str(exc)) from None
+    logcontext.update(task_id=receipt.task.pk)
+    return receipt
 
 
 def _run_here(

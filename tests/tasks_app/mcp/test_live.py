@@ -9,7 +9,8 @@ import pytest
 
 from tests.wire import headers_for, request
 
-pytestmark = pytest.mark.live
+# broker: CI runs these on RabbitMQ as well as Redis.
+pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 
 class Wire:

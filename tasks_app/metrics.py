@@ -1,0 +1,252 @@
+"""Prometheus metrics: what every process counts, and what the database says at scrape time.
+
+Two kinds, each where it is right:
+
+- **Counters and histograms** (receipts, MCP requests, task and leg durations) are written by
+  the process that saw the event: a gunicorn worker, a Celery pool process. They use
+  prometheus-client's multiprocess mode: every process writes its own files in
+  ``PROMETHEUS_MULTIPROC_DIR`` (settings puts it under the var dir and exports it before
+  anything imports prometheus-client), and ``/metrics`` adds them up, so a scrape sees the
+  totals of every process on its host, whichever gunicorn worker answers it.
+- **Gauges of current state** (tasks by status, the dispatch backlog, effects by state, the
+  worker heartbeat) are read from the database when ``/metrics`` is scraped, by
+  ``DatabaseCollector``: the database is the truth, whatever process changed it, and nothing
+  has to keep a gauge up to date. Each is one cheap query on an index.
+
+The pending questions are the elicitations app's (``elicitations.metrics``); the view that
+serves ``/metrics`` adds that collector to these.
+"""
+
+from __future__ import annotations
+
+import hmac
+import ipaddress
+import logging
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from django.conf import settings
+from django.db import DatabaseError
+from django.db.models import Count, Max, Min
+from django.http import HttpRequest, HttpResponse, JsonResponse
+from django.utils import timezone
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+    multiprocess,
+)
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from tasks_app.models import Dispatch, Effect, EffectState, Status, Task, WorkerHeartbeat
+
+log = logging.getLogger(__name__)
+
+# --- what processes count ---------------------------------------------------------------
+
+# prometheus-client adds the ``_total`` suffix of a counter.
+TASKS_ACCEPTED = Counter(
+    "taskdesk_tasks_accepted",
+    "Receipts handed out by tools/call: new tasks (replayed=false) and retries with a key "
+    "that named an existing task (replayed=true).",
+    ["tool", "replayed"],
+)
+TASK_DURATION = Histogram(
+    "taskdesk_task_duration_seconds",
+    "From acceptance to the terminal status, per tool and terminal status.",
+    ["tool", "status"],
+    buckets=(0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600),
+)
+LEG_DURATION = Histogram(
+    "taskdesk_leg_duration_seconds",
+    "How long one leg ran (claim to end), whatever its outcome.",
+    ["tool"],
+    buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900),
+)
+MCP_REQUESTS = Counter(
+    "taskdesk_mcp_requests",
+    "POST /mcp requests by JSON-RPC method and outcome: ok, or the JSON-RPC error code.",
+    ["method", "code"],
+)
+MCP_REQUEST_DURATION = Histogram(
+    "taskdesk_mcp_request_duration_seconds",
+    "Time to answer a POST /mcp request (to the response headers, for a stream).",
+    ["method"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
+)
+
+
+def task_accepted(*, tool: str, replayed: bool) -> None:
+    TASKS_ACCEPTED.labels(tool=tool, replayed="true" if replayed else "false").inc()
+
+
+def task_ended(*, tool: str, status: str, created_at: datetime | None, now: datetime) -> None:
+    if created_at is not None:
+        seconds = max((now - created_at).total_seconds(), 0.0)
+        TASK_DURATION.labels(tool=tool, status=status).observe(seconds)
+
+
+def leg_ended(*, tool: str, seconds: float) -> None:
+    LEG_DURATION.labels(tool=tool).observe(seconds)
+
+
+def mcp_request(*, method: str, code: str, seconds: float) -> None:
+    MCP_REQUESTS.labels(method=method, code=code).inc()
+    MCP_REQUEST_DURATION.labels(method=method).observe(seconds)
+
+
+# --- what the database says --------------------------------------------------------------
+
+
+def _age(then: datetime | None, now: datetime) -> float:
+    return 0.0 if then is None else max((now - then).total_seconds(), 0.0)
+
+
+def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
+    return GaugeMetricFamily(name, doc, value=value)
+
+
+class DatabaseCollector(Collector):
+    """The task core's current state, read when scraped (one query per family).
+
+    ``taskdesk_database_up`` is 0 when a query failed; the other families of this collector
+    are then left out rather than reported as zero.
+    """
+
+    def collect(self) -> Iterator[Metric]:
+        try:
+            families = list(self._families(timezone.now()))
+        except DatabaseError as exc:
+            log.warning("metrics: database query failed: %s", exc)
+            yield _gauge("taskdesk_database_up", "Whether /metrics could read the database.", 0)
+            return
+        yield _gauge("taskdesk_database_up", "Whether /metrics could read the database.", 1)
+        yield from families
+
+    def _families(self, now: datetime) -> Iterator[Metric]:
+        yield self._tasks()
+        yield from self._dispatch(now)
+        yield self._effects()
+        heartbeat = WorkerHeartbeat.objects.aggregate(last=Max("seen_at"))["last"]
+        if heartbeat is not None:  # no worker has reported yet: absent, not zero
+            yield _gauge(
+                "taskdesk_worker_heartbeat_age_seconds",
+                "Seconds since the newest worker heartbeat (heartbeat_job, every 10 s).",
+                _age(heartbeat, now),
+            )
+
+    def _tasks(self) -> Metric:
+        # GROUP BY over the (status, ...) index: an index-only scan.
+        counts = dict(
+            Task.objects.order_by()
+            .values_list("status")
+            .annotate(n=Count("pk"))
+            .values_list("status", "n")
+        )
+        family = GaugeMetricFamily("taskdesk_tasks", "Tasks by current status.", labels=["status"])
+        for status in Status.values:
+            family.add_metric([status], counts.get(status, 0))
+        return family
+
+    def _dispatch(self, now: datetime) -> Iterator[Metric]:
+        # Both on partial indexes (dispatch_unpublished, dispatch_waiting).
+        unpublished = Dispatch.objects.filter(published_at__isnull=True).aggregate(
+            n=Count("pk"), oldest=Min("created_at")
+        )
+        yield _gauge(
+            "taskdesk_dispatch_unpublished",
+            "Dispatch records not yet published to the broker (the sweeper publishes them).",
+            unpublished["n"],
+        )
+        yield _gauge(
+            "taskdesk_dispatch_oldest_unpublished_age_seconds",
+            "Age of the oldest unpublished dispatch record (0 when there is none).",
+            _age(unpublished["oldest"], now),
+        )
+        waiting = Dispatch.objects.filter(consumed_at__isnull=True).aggregate(
+            n=Count("pk"), oldest=Min("created_at")
+        )
+        yield _gauge(
+            "taskdesk_dispatch_waiting",
+            "Dispatch records no leg has taken yet: legs waiting for a worker.",
+            waiting["n"],
+        )
+        yield _gauge(
+            "taskdesk_dispatch_oldest_waiting_age_seconds",
+            "Age of the oldest dispatch record no leg has taken yet (0 when there is none).",
+            _age(waiting["oldest"], now),
+        )
+
+    def _effects(self) -> Metric:
+        counts = dict(
+            Effect.objects.order_by()
+            .values_list("state")
+            .annotate(n=Count("pk"))
+            .values_list("state", "n")
+        )
+        family = GaugeMetricFamily(
+            "taskdesk_effects", "Effects in the ledger by state.", labels=["state"]
+        )
+        for state in EffectState.values:
+            family.add_metric([state], counts.get(state, 0))
+        return family
+
+
+# --- the scrape ----------------------------------------------------------------------------
+
+
+def exposition(collectors: Iterable[Collector]) -> bytes:
+    """The Prometheus text of every process's counters and histograms (this host's
+    multiprocess folder) and of COLLECTORS."""
+    registry = CollectorRegistry(auto_describe=False)
+    folder = str(settings.PROMETHEUS_MULTIPROC_DIR)
+    multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+    for collector in collectors:
+        registry.register(collector)
+    return generate_latest(registry)
+
+
+CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+_FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
+
+
+def refusal(request: HttpRequest) -> HttpResponse | None:
+    """Why REQUEST may not read /metrics, as the response to send; None if it may.
+
+    With ``TASKDESK_METRICS_TOKEN`` set, the caller must send it as a bearer token. Without
+    one, only loopback callers may, and a request a proxy forwarded (it names the original
+    client in a forwarding header) is not taken as loopback, whatever its socket address.
+    """
+    token = settings.TASKDESK_METRICS_TOKEN
+    if token:
+        scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(sent.strip(), token):
+            return None
+        response = JsonResponse(
+            {"error": "Send TASKDESK_METRICS_TOKEN as a bearer token to read /metrics."},
+            status=401,
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    if _loopback(request.META.get("REMOTE_ADDR", "")) and not any(
+        name in request.META for name in _FORWARDING_HEADERS
+    ):
+        return None
+    return JsonResponse(
+        {
+            "error": "/metrics answers only loopback callers while TASKDESK_METRICS_TOKEN is "
+            "not set; set it and send it as a bearer token."
+        },
+        status=403,
+    )
+
+
+def _loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.strip("[]")).is_loopback
+    except ValueError:
+        return False

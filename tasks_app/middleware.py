@@ -1,0 +1,74 @@
+"""Every request gets a request id; every ``POST /mcp`` is counted, timed and logged.
+
+The id is the caller's ``X-Request-ID`` when it sends a usable one (up to 128 visible ASCII
+characters), a new one otherwise; it goes back in the response's ``X-Request-ID`` header and
+onto every log line of the request (``tasks_app.logcontext``), and the dispatch record of a
+task the request creates keeps it for the task's first leg.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import time
+import uuid
+from collections.abc import Callable
+from contextlib import nullcontext
+
+from django.http import HttpRequest, HttpResponseBase
+
+from tasks_app import logcontext, metrics, tracing
+from tasks_app.mcp.methods import methods
+
+log = logging.getLogger("tasks_app.mcp")
+
+HEADER = "X-Request-ID"
+_USABLE = re.compile(r"[!-~]{1,128}")
+MCP_PATH = "/mcp"
+
+
+def request_id_for(request: HttpRequest) -> str:
+    sent = request.headers.get(HEADER, "")
+    return sent if _USABLE.fullmatch(sent) else uuid.uuid4().hex
+
+
+class RequestContextMiddleware:
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        request_id = request_id_for(request)
+        started = time.monotonic()
+        mcp = request.path == MCP_PATH and request.method == "POST"
+        with (
+            logcontext.bound(request_id=request_id) as context,
+            tracing.span("mcp", request_id=request_id) if mcp else nullcontext() as span,
+        ):
+            response = self.get_response(request)
+            if mcp:
+                method, code = self._observe(context, response, time.monotonic() - started)
+                if span is not None:  # named by the method, once the view has read it
+                    span.update_name(method)
+                    span.set_attribute("taskdesk.code", code)
+        response[HEADER] = request_id
+        return response
+
+    def _observe(
+        self, context: dict[str, object], response: HttpResponseBase, seconds: float
+    ) -> tuple[str, str]:
+        """Count, time and log the request; return its method and code labels."""
+        # The view puts the JSON-RPC method in the context, and an error answer its code.
+        # A method the server does not have is counted as "other": the label's values stay
+        # a short, fixed list whatever clients send.
+        sent = context.get("method")
+        method = sent if isinstance(sent, str) and sent in methods else "other"
+        code = str(context.get("code") or "ok")
+        metrics.mcp_request(method=method, code=code, seconds=seconds)
+        log.info(
+            "mcp %s %s http=%s ms=%.0f",
+            sent if isinstance(sent, str) else "-",
+            code,
+            response.status_code,
+            seconds * 1000,
+        )
+        return method, code

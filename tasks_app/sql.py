@@ -342,7 +342,10 @@ class Portable:
                       new_status=task.status, era=task.era, carrier=carrier)  # fmt: skip
                 # Published by the caller once this commits (``dispatch.publish_on_commit``).
                 record = Dispatch.objects.create(
-                    task=task, reason="accepted", tenant_id=tenant_of(task), context=tracing.origin()
+                    task=task,
+                    reason="accepted",
+                    tenant_id=tenant_of(task),
+                    context=tracing.origin(),
                 )
                 JournalEntry.objects.bulk_create(
                     JournalEntry(task=task, **{k: e[k] for k in ("seq", "kind", "name", "outcome")})

@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tasks_app", "0006_event_kinds"),
+        ("tasks_app", "0008_era2025_sessions"),
     ]
 
     operations = [

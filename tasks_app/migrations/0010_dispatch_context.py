@@ -3,7 +3,7 @@ from django.db import migrations, models
 
 class Migration(migrations.Migration):
     dependencies = [
-        ("tasks_app", "0008_era2025_sessions"),
+        ("tasks_app", "0009_task_client_active"),
     ]
 
     operations = [

@@ -8,7 +8,7 @@ from django.db import migrations, models
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('tasks_app', '0007_harden_worker'),
+        ('tasks_app', '0007_purged_tasks_dispatch_tenant'),
     ]
 
     operations = [

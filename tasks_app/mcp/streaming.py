@@ -29,7 +29,7 @@ from django.http import HttpResponse, StreamingHttpResponse
 
 from tasks_app import logcontext
 from tasks_app.mcp import limits
-from tasks_app.mcp.errors import InternalError, McpError
+from tasks_app.mcp.errors import McpError
 
 log = logging.getLogger("tasks_app.mcp")
 

@@ -271,9 +271,12 @@ class HandshakeEra(eras.ProtocolEra):
                 return _rounds(call, spec, first, emit, cancelled)
 
             resume = result.resume_id if isinstance(result, Streamed) else None
+            # The first run's slot is given back when its run ends (``_rounds``), or by the
+            # stream if the run never starts.
+            release = result.release if isinstance(result, Streamed) else None
             return streaming.respond(
                 request_id,
-                Streamed(run),
+                Streamed(run, release=release),
                 result_type=False,
                 error_status=200,
                 gone=lambda: stream_slots.peer_gone(request),
@@ -367,7 +370,12 @@ def _rounds(
     result = first
     for _ in range(MAX_ROUNDS):
         if isinstance(result, Streamed):
-            result = result.run(emit, cancelled)
+            streamed = result
+            try:
+                result = streamed.run(emit, cancelled)
+            finally:
+                if streamed.release is not None:
+                    streamed.release()  # the round's synchronous slot, held for its run only
         if not _input_required(result):
             return shape(result)
         assert call.session is not None

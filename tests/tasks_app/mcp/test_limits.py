@@ -13,7 +13,8 @@ import pytest
 from tasks_app.mcp import limits
 from tasks_app.models import Task
 from tests.runtime_toolset import RUNTIME_TOOLSETS
-from tests.wire import error_of, request, result_of, sse_messages
+from tests.tasks_app.mcp.conftest import Session
+from tests.wire import error_of, request, result_of, rpc, sse_messages
 
 pytestmark = pytest.mark.django_db
 
@@ -74,6 +75,23 @@ def test_a_streamed_call_holds_its_slot_until_its_thread_ends(mcp, one_slot, set
     messages = sse_messages(response) if response.streaming else [json.loads(response.content)]
     assert "result" in messages[-1], messages
     assert limits.sync_slots.used == 0
+
+
+def test_a_streamed_call_on_the_handshake_wire_gives_its_slot_back(mcp, one_slot, settings) -> None:  # type: ignore[no-untyped-def]
+    # The 2025 wire runs the call's rounds itself: each round's slot is given back when the
+    # round ends, so one slot serves one streamed call after another.
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    session = Session(mcp)
+    for token in ("p1", "p2", "p3"):
+        params = {
+            "name": "test_tool_with_progress",
+            "arguments": {},
+            "_meta": {"progressToken": token},
+        }
+        response = session.post(rpc("tools/call", params))
+        messages = sse_messages(response) if response.streaming else [json.loads(response.content)]
+        assert "result" in messages[-1], messages
+        assert limits.sync_slots.used == 0
 
 
 def test_a_synchronous_run_past_the_time_cap_is_stopped_with_a_clear_error(mcp, settings) -> None:  # type: ignore[no-untyped-def]

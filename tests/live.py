@@ -34,6 +34,9 @@ BIN = Path(sys.executable).parent
 
 T = TypeVar("T")
 
+# The static files collected for the live stacks of this test run (``collect_static``).
+_collected_static: Path | None = None
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -179,14 +182,22 @@ class LiveStack:
         return [str(BIN / "celery"), "-A", "config", *quiet, *args]
 
     def collect_static(self) -> None:
-        """Collect static files into this stack's folder, as `make run` does: the manifest
-        storage of production settings cannot name a file it has not collected."""
-        subprocess.run(
-            [str(BIN / "python"), "manage.py", "collectstatic", "--noinput", "-v0"],
-            cwd=ROOT,
-            env=self.env,
-            check=True,
-        )
+        """Give this stack collected static files, as `make run` does: the manifest storage
+        of production settings cannot name a file it has not collected. They are collected
+        once per test run (they do not change during it) and linked into each stack."""
+        global _collected_static
+        if _collected_static is None:
+            folder = Path(tempfile.mkdtemp(prefix="taskdesk-static-"))
+            subprocess.run(
+                [str(BIN / "python"), "manage.py", "collectstatic", "--noinput", "-v0"],
+                cwd=ROOT,
+                env={**self.env, "TASKDESK_VAR_DIR": str(folder)},
+                check=True,
+            )
+            _collected_static = folder / "staticfiles"
+        link = self.tmp / "staticfiles"
+        if not link.exists():
+            link.symlink_to(_collected_static, target_is_directory=True)
 
     def start_web(self, name: str = "web", port: int | None = None) -> subprocess.Popen[bytes]:
         """Start a web server (gunicorn) as NAME, on PORT (default: the stack's own)."""
@@ -240,8 +251,14 @@ class LiveStack:
             stop_process(proc, sig, timeout)
 
     def close(self) -> None:
-        for name in list(self.procs):
-            self.stop(name)
+        """Stop every process of the stack: all are told at once, then each is waited for."""
+        procs = [self.procs.pop(name) for name in list(self.procs)]
+        for proc in procs:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGTERM)
+        for proc in procs:
+            stop_process(proc)
 
     def pool_pids(self, name: str = "worker") -> list[int]:
         """PIDs of the pool processes of Celery worker NAME (children of its main process)."""

@@ -1,0 +1,379 @@
+"""Taskdesk as shipped, side by side with the FastMCP-tasks peer (``make bench``).
+
+Starts Taskdesk with ``make run`` (the Procfile under honcho: gunicorn, the leg worker, the
+control worker and beat) on PostgreSQL + Redis, or on the embedded SQLite + filesystem broker
+with ``BENCH_STACK=embedded``, in a database and var folder of its own. Then:
+
+1. **CPU per task, by process.** wrk with ``lua/accept.lua`` (16 connections, 10 s) and then
+   2,000 end-to-end no-op tasks (``mcp_tasks_load.py e2e``, 16 at a time), each phase with the
+   CPU time of every process on the machine sampled before and after it (and, for accept,
+   after the worker has drained what was accepted): web, worker main, pool processes,
+   control worker, beat, the supervisor, PostgreSQL, Redis and the load generator.
+2. **The side-by-side table.** ``../shared/bench/side_by_side.sh`` against the running stack,
+   then against the peer, and the ratios it prints; plus the peak RSS of all Taskdesk
+   processes (the peer's ``rss`` row is its two processes).
+
+Prints both tables and writes them into docs/benchmarks.md (``BENCH_NO_DOCS=1`` leaves the
+docs alone). Run it on a quiet machine: the absolute figures move with whatever else runs;
+the ratio of the two back-to-back runs is the figure to trust.
+
+Environment: BENCH_STACK (postgres | embedded | both; default postgres), BENCH_POSTGRES,
+BENCH_REDIS (default redis://127.0.0.1:6379/3), BENCH_SHARED (default ../shared/bench),
+BENCH_SKIP_PEER=1 (our figures only), BENCH_KEEP=1 (keep the logs).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+from common import DOCS, ROOT, database, free_port, say
+
+SHARED = Path(os.environ.get("BENCH_SHARED", ROOT.parent / "shared" / "bench")).resolve()
+CACHE = Path(os.environ.get("BENCH_CACHE", Path.home() / ".cache" / "taskdesk-bench"))
+REDIS = os.environ.get("BENCH_REDIS", "redis://127.0.0.1:6379/3")
+TOOL, TOOL_ARGS = "slow_echo", '{"text":"x","seconds":0}'
+HZ = os.sysconf("SC_CLK_TCK")
+START, END = "<!-- shipped-bench:start -->", "<!-- shipped-bench:end -->"
+
+GROUPS = (
+    "web",
+    "worker main",
+    "worker pool",
+    "control worker",
+    "beat",
+    "supervisor",
+    "PostgreSQL",
+    "Redis",
+    "load generator",
+)
+
+
+# --- processes and their CPU ---------------------------------------------------------------
+
+
+def _stat(pid: str) -> tuple[int, float] | None:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return int(fields[1]), (int(fields[11]) + int(fields[12])) / HZ
+
+
+def _cmdline(pid: str) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+    except OSError:
+        return ""
+
+
+def _group(cmd: str, parent_cmd: str) -> str | None:
+    if "gunicorn" in cmd:
+        return "web"
+    if "celery" in cmd and " beat" in cmd:
+        return "beat"
+    if "celery" in cmd and "--queues control" in cmd:
+        return "control worker"
+    if "celery" in cmd and " worker" in cmd:
+        return "worker pool" if "celery" in parent_cmd and " worker" in parent_cmd else "worker main"
+    if "honcho" in cmd or cmd.startswith(("make ", "/usr/bin/make ")):
+        return "supervisor"
+    if cmd.startswith("postgres") or "/postgres " in cmd:
+        return "PostgreSQL"
+    if "redis-server" in cmd:
+        return "Redis"
+    if cmd.startswith("wrk ") or "mcp_tasks_load.py" in cmd:
+        return "load generator"
+    return None
+
+
+def snapshot() -> dict[str, float]:
+    """CPU seconds used so far by each group of processes on the machine (processes that
+    ended before the snapshot no longer count: none of the stack's do during a run)."""
+    stats = {pid: s for pid in os.listdir("/proc") if pid.isdigit() and (s := _stat(pid))}
+    cmds = {pid: _cmdline(pid) for pid in stats}
+    cpu = dict.fromkeys(GROUPS, 0.0)
+    for pid, (ppid, seconds) in stats.items():
+        group = _group(cmds[pid], cmds.get(str(ppid), ""))
+        if group is not None:
+            cpu[group] += seconds
+    return cpu
+
+
+def rss_of(root: int) -> tuple[int, int, int]:
+    """(peak RSS, current RSS, process count) of ROOT and its descendants, in KiB."""
+    parents: dict[int, list[int]] = {}
+    for pid in os.listdir("/proc"):
+        if pid.isdigit() and (s := _stat(pid)):
+            parents.setdefault(s[0], []).append(int(pid))
+    seen, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        seen.append(pid)
+        stack.extend(parents.get(pid, []))
+    peak = current = 0
+    for pid in seen:
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    peak += int(line.split()[1])
+                elif line.startswith("VmRSS:"):
+                    current += int(line.split()[1])
+    return peak, current, len(seen)
+
+
+def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {group: after[group] - before[group] for group in GROUPS}
+
+
+# --- the stack ---------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
+    """``make run`` on its own port, database and var folder; yields (URL, pid, token)."""
+    port = free_port()
+    env = {**os.environ, "PORT": str(port), "TASKDESK_VAR_DIR": str(workdir / "var")}
+    for name in ("DATABASE_URL", "CELERY_BROKER_URL", "WEB_WORKERS", "WEB_THREADS", "LOG_LEVEL"):
+        env.pop(name, None)
+    with contextlib.ExitStack() as stack_:
+        if stack == "postgres":
+            env["DATABASE_URL"] = stack_.enter_context(database("taskdesk_shipped"))
+            env["CELERY_BROKER_URL"] = REDIS
+            subprocess.run(
+                ["redis-cli", "-u", REDIS, "FLUSHDB"], check=False, capture_output=True
+            )
+        log = open(workdir / f"make-run-{stack}.log", "wb")  # noqa: SIM115
+        proc = subprocess.Popen(
+            ["make", "run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        try:
+            url = f"http://127.0.0.1:{port}"
+            deadline = time.monotonic() + 180
+            while time.monotonic() < deadline:
+                if proc.poll() is not None:
+                    sys.exit(f"bench: make run exited; see {workdir}/make-run-{stack}.log")
+                with contextlib.suppress(httpx.HTTPError):
+                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                        break
+                time.sleep(0.5)
+            else:
+                sys.exit("bench: make run did not become ready within 180 s")
+            out = subprocess.run(
+                [str(ROOT / ".venv/bin/python"), "manage.py", "create_client_token",
+                 "--client", f"bench-{stack}", "--tenant", "bench"],
+                cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+            )
+            token = out.stdout.strip().splitlines()[-1].strip()
+            time.sleep(3)  # the worker and beat settle
+            yield f"{url}/mcp", proc.pid, token
+        finally:
+            os.killpg(proc.pid, signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(5)
+            log.close()
+
+
+# --- phase 1: CPU per task ----------------------------------------------------------------
+
+
+def lg_python() -> str:
+    venv = CACHE / "lg-venv"
+    if not (venv / "bin/python").exists():
+        subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True)
+        subprocess.run([str(venv / "bin/pip"), "install", "-q", "aiohttp"], check=True)
+    return str(venv / "bin/python")
+
+
+def load(*args: str) -> dict[str, Any]:
+    out = subprocess.run(
+        [lg_python(), str(SHARED / "mcp_tasks_load.py"), *args], capture_output=True, text=True
+    )
+    lines = out.stdout.strip().splitlines()
+    if out.returncode != 0 or not lines:
+        sys.exit(f"bench: mcp_tasks_load.py {args[0]} failed:\n{out.stdout}\n{out.stderr}")
+    return json.loads(lines[-1])  # type: ignore[no-any-return]
+
+
+def cpu_per_task(url: str, token: str) -> dict[str, Any]:
+    auth = f"Bearer {token}"
+    env = {**os.environ, "BENCH_TOOL": TOOL, "BENCH_ARGS": TOOL_ARGS, "BENCH_AUTH": auth}
+    common = ["--tool", TOOL, "--args", TOOL_ARGS, "--timeout", "300"]
+    os.environ["BENCH_AUTH"] = auth  # mcp_tasks_load.py reads it
+    load("e2e", url, *common, "--n", "200", "--conc", "16")  # warm-up
+    before = snapshot()
+    wrk = subprocess.run(
+        ["wrk", "-t2", "-c16", "-d10s", "--timeout", "10s", "-s", "accept.lua", url],
+        cwd=SHARED / "lua", env=env, capture_output=True, text=True,
+    )
+    mid = snapshot()
+    load("drain", url, *common)
+    after = snapshot()
+    figures = json.loads(wrk.stdout.split("BENCH_JSON ", 1)[1].splitlines()[0])
+    accepted = round(figures["ok_rps"] * figures["duration_s"])
+    e2e_before = snapshot()
+    e2e = load("e2e", url, *common, "--n", "2000", "--conc", "16", "--mode", "phased")
+    e2e_after = snapshot()
+    return {
+        "accepted": accepted,
+        "accept_rps": figures["ok_rps"],
+        "accept": delta(before, mid),
+        "drain": delta(mid, after),
+        "e2e_tasks": e2e.get("completed", 2000),
+        "e2e_rate": e2e["tasks_per_s"],
+        "e2e": delta(e2e_before, e2e_after),
+    }
+
+
+def cpu_table(cpu: dict[str, Any]) -> str:
+    rows = [
+        "| process | accept: ms per accepted task | accept + drain | end to end: ms per task |",
+        "| --- | ---: | ---: | ---: |",
+    ]
+    accepted, tasks = cpu["accepted"], cpu["e2e_tasks"]
+    totals = [0.0, 0.0, 0.0]
+    for group in GROUPS:
+        a = cpu["accept"][group] * 1000 / accepted
+        ad = (cpu["accept"][group] + cpu["drain"][group]) * 1000 / accepted
+        e = cpu["e2e"][group] * 1000 / tasks
+        totals = [totals[0] + a, totals[1] + ad, totals[2] + e]
+        rows.append(f"| {group} | {a:.2f} | {ad:.2f} | {e:.2f} |")
+    rows.append(f"| **total** | **{totals[0]:.2f}** | **{totals[1]:.2f}** | **{totals[2]:.2f}** |")
+    rows.append("")
+    rows.append(
+        f"Accept: {cpu['accepted']} tasks in 10 s ({cpu['accept_rps']:.0f}/s), the worker "
+        f"running them meanwhile; \"accept + drain\" adds what the stack spent until the "
+        f"last of them had run. End to end: {tasks} tasks at {cpu['e2e_rate']:.0f} tasks/s. "
+        "Two cores give 2,000 ms of CPU per second, so a total of T ms per task bounds the "
+        "rate at 2000 / T."
+    )
+    return "\n".join(rows)
+
+
+# --- phase 2: side by side -------------------------------------------------------------------
+
+
+def side_by_side(url: str, token: str, pid: int, out: Path) -> tuple[str, dict[str, Any]]:
+    env = {**os.environ, "TARGET_PIDS": str(pid)}
+    if os.environ.get("BENCH_SKIP_PEER") == "1":
+        env["BENCH_AUTH"] = f"Bearer {token}"
+        env.update(TOOL=TOOL, TOOL_ARGS=TOOL_ARGS, LG_PYTHON=lg_python(), REPEATS="2")
+        script = [str(SHARED / "bench_target.sh"), url, "taskdesk", str(out)]
+    else:
+        script = [str(SHARED / "side_by_side.sh"), url, token, str(out)]
+    done = subprocess.run(script, env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench: {script[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
+    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    return done.stdout, {"rows": rows}
+
+
+def ratio_table(stdout: str) -> str:
+    lines = [line for line in stdout.splitlines() if line.strip()]
+    start = next((i for i, line in enumerate(lines) if line.startswith("figure")), None)
+    if start is None:
+        return "```\n" + stdout.strip() + "\n```"
+    table = ["| figure | Taskdesk | peer | ratio |", "| --- | ---: | ---: | ---: |"]
+    for line in lines[start + 1 :]:
+        parts = line.rsplit(None, 3)
+        if len(parts) == 4:
+            table.append(f"| {parts[0].strip()} | {parts[1]} | {parts[2]} | {parts[3]} |")
+    return "\n".join(table)
+
+
+def rss_line(rows: list[dict[str, Any]], ours: tuple[int, int, int]) -> str:
+    peer = [r for r in rows if r.get("figure") == "rss" and r.get("label") != "taskdesk"]
+    peer_text = f"; the peer's: {peer[-1]['hwm_kb'] / 1024:.0f} MiB" if peer else ""
+    return (
+        f"Peak RSS of all Taskdesk processes during the run (sum of VmHWM over {ours[2]} "
+        f"processes): {ours[0] / 1024:.0f} MiB, {ours[1] / 1024:.0f} MiB after it{peer_text}."
+    )
+
+
+def machine_line() -> str:
+    model = ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    load1 = os.getloadavg()[0]
+    return (
+        f"Machine: {os.cpu_count()} cores ({model}), Linux {platform.release()}, Python "
+        f"{platform.python_version()}; load average {load1:.2f} at the start."
+    )
+
+
+def write_docs(text: str) -> None:
+    docs = DOCS.read_text()
+    block = f"{START}\n{text}\n{END}"
+    if START in docs and END in docs:
+        head, rest = docs.split(START, 1)
+        docs = head + block + rest.split(END, 1)[1]
+    else:
+        docs = docs.replace("# Benchmarks\n", f"# Benchmarks\n\n{block}\n", 1)
+    DOCS.write_text(docs)
+
+
+def run(stack: str, workdir: Path) -> str:
+    label = "PostgreSQL + Redis" if stack == "postgres" else "SQLite + the embedded broker"
+    say(f"make run on {label}")
+    with make_run(stack, workdir) as (url, pid, token):
+        say("CPU per task, by process")
+        cpu = cpu_per_task(url, token)
+        say("side by side with the peer" if os.environ.get("BENCH_SKIP_PEER") != "1" else "ours")
+        out = workdir / f"side-by-side-{stack}"
+        stdout, result = side_by_side(url, token, pid, out)
+        rss = rss_of(pid)
+    print(stdout)
+    ratios = ratio_table(stdout)
+    table = cpu_table(cpu)
+    print(table)
+    return (
+        f"### `make run` on {label}\n\n{ratios}\n\n{rss_line(result['rows'], rss)}\n\n"
+        f"CPU per task by process (ms):\n\n{table}"
+    )
+
+
+def main() -> None:
+    choice = os.environ.get("BENCH_STACK", "postgres")
+    stacks = ["postgres", "embedded"] if choice == "both" else [choice]
+    workdir = Path(tempfile.mkdtemp(prefix="taskdesk-shipped-"))
+    started = datetime.now(UTC).strftime("%Y-%m-%d")
+    parts = [f"_Run of {started} (`make bench`, bench/shipped.py):_", "", machine_line(), ""]
+    try:
+        for stack in stacks:
+            parts.append(run(stack, workdir))
+            parts.append("")
+    finally:
+        if os.environ.get("BENCH_KEEP") != "1":
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            say(f"logs kept in {workdir}")
+    text = "\n".join(parts).rstrip()
+    if os.environ.get("BENCH_NO_DOCS") != "1":
+        write_docs(text)
+        say(f"wrote {DOCS.relative_to(ROOT)}")
+
+
+if __name__ == "__main__":
+    main()

@@ -14,12 +14,16 @@ read-then-insert window. docs/idempotency.md describes the rules for clients.
 A client may have at most ``TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT`` tasks that have not ended
 (``ActiveTaskLimit``). A replay of a key the client already used is never refused by it:
 it creates nothing. The count is read before the insert, so clients racing at the limit may
-pass it by the number of their concurrent calls.
+pass it by the number of their concurrent calls. Reading it costs the database a look at up
+to the limit's number of index entries, so a web process that found a client far below its
+limit trusts that for a while (``_ActiveCounts``); near the limit it counts on every call.
 """
 
 from __future__ import annotations
 
 import hashlib
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -198,10 +202,52 @@ def _accept(
     return Receipt(task=stored.task, replayed=True, key=value, carrier=carrier)
 
 
+class _ActiveCounts:
+    """What this process last counted of each client's active tasks, and how many calls it
+    may still accept for the client without counting again.
+
+    After a count of C active tasks against a limit L, the process skips the count for the
+    next (L - C) // SHARE calls of that client, within TRUST_SECONDS. SHARE is the number of
+    web processes this allowance is safe for: together they accept at most L - C tasks on a
+    stale count, so the limit holds as it does without the allowance. Near the limit the
+    allowance is 0: every call counts.
+    """
+
+    SHARE = 8
+    TRUST_SECONDS = 1.0
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._allowance: dict[tuple[int, int], tuple[float, int]] = {}
+
+    def spend(self, client_id: int, limit: int) -> bool:
+        """Take one call from the allowance; False when the caller must count."""
+        key = (client_id, limit)
+        with self._lock:
+            since, left = self._allowance.get(key, (0.0, 0))
+            if left <= 0 or time.monotonic() - since > self.TRUST_SECONDS:
+                return False
+            self._allowance[key] = (since, left - 1)
+            return True
+
+    def counted(self, client_id: int, limit: int, active: int) -> None:
+        with self._lock:
+            if len(self._allowance) > 10_000:
+                self._allowance.clear()  # clients come and go; never grow without bound
+            self._allowance[(client_id, limit)] = (time.monotonic(), (limit - active) // self.SHARE)
+
+
+_active_counts = _ActiveCounts()
+
+
 def _at_active_limit(client: Client, limit: int) -> bool:
+    if _active_counts.spend(client.pk, limit):
+        return False
     # Reads at most LIMIT entries of the partial index task_client_active.
     active = Task.objects.filter(client=client, status__in=ACTIVE_STATUSES)
-    return bool(list(active.values_list("pk", flat=True)[limit - 1 : limit]))
+    count = active.values_list("pk", flat=True)[:limit].count()
+    _active_counts.counted(client.pk, limit, count)
+    return count >= limit
 
 
 def _key_used(client: Client, key: str | None) -> bool:

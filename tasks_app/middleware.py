@@ -1,4 +1,5 @@
-"""Every request gets a request id; every ``POST /mcp`` is counted, timed and logged.
+"""Every request gets a request id; every ``POST /mcp`` is counted, timed and logged (at
+INFO for calls that change something and for errors, at DEBUG for successful reads).
 
 The id is the caller's ``X-Request-ID`` when it sends a usable one (up to 128 visible ASCII
 characters), a new one otherwise; it goes back in the response's ``X-Request-ID`` header and
@@ -25,6 +26,8 @@ log = logging.getLogger("tasks_app.mcp")
 HEADER = "X-Request-ID"
 _USABLE = re.compile(r"[!-~]{1,128}")
 MCP_PATH = "/mcp"
+# The methods whose successful calls are logged at INFO.
+LOGGED_METHODS = frozenset({"tools/call", "tasks/cancel", "tasks/update", "initialize"})
 
 
 def request_id_for(request: HttpRequest) -> str:
@@ -64,7 +67,11 @@ class RequestContextMiddleware:
         method = sent if isinstance(sent, str) and sent in methods else "other"
         code = str(context.get("code") or "ok")
         metrics.mcp_request(method=method, code=code, seconds=seconds)
-        log.info(
+        # Calls that change something, and every error, at INFO; successful reads (tasks/get
+        # polls, listings, ping) at DEBUG, so polling clients do not flood the log.
+        level = logging.INFO if method in LOGGED_METHODS or code != "ok" else logging.DEBUG
+        log.log(
+            level,
             "mcp %s %s http=%s ms=%.0f",
             sent if isinstance(sent, str) else "-",
             code,

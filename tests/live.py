@@ -226,7 +226,7 @@ class LiveStack:
                 "--queues",
                 queue,
                 "--loglevel",
-                "INFO",
+                self.env.get("LOG_LEVEL", "INFO"),
                 "-n",
                 f"{name}-{self.port}@%h",
                 "--without-mingle",

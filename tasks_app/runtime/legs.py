@@ -81,7 +81,8 @@ def run_leg(*, task_id: str, dispatch_id: int | None = None) -> LegOutcome:
     sent = time.monotonic()
     claim = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
     if claim is None:
-        log.info("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
+        # A duplicate message, or one whose record a waiting leg consumed first: routine.
+        log.debug("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
         return LegOutcome.SKIPPED
     return _run_claimed(claim, owner, dispatch_id, sent)
 
@@ -131,7 +132,8 @@ def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: fl
 def _run_logged(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float) -> LegOutcome:
     task = claim.task
     started = time.monotonic()
-    log.info(
+    # At INFO a leg logs one line, when it ends (with its outcome and duration).
+    log.debug(
         "leg started task=%s leg=%s tool=%s dispatch=%s owner=%s",
         task.pk,
         task.leg,

@@ -10,16 +10,24 @@ from elicitations import transitions as elicitations
 from elicitations.models import Channel
 from tasks_app import transitions
 from tasks_app.models import Actor, Dispatch, Status
-from tests.integration.worker_helpers import leg_pid, submit, terminal
+from tests.integration.worker_helpers import leg_pid, runtime_stack, submit, terminal
 from tests.live import wait_for
 
 # broker: CI runs these on RabbitMQ as well as Redis.
 pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 
-def test_the_same_message_delivered_twice_runs_one_leg(stack, alice) -> None:
+@pytest.fixture
+def debug_stack(transactional_db, settings):  # type: ignore[no-untyped-def]
+    # The worker logs skipped duplicates at DEBUG.
+    with runtime_stack(settings, LOG_LEVEL="DEBUG") as running:
+        yield running
+
+
+def test_the_same_message_delivered_twice_runs_one_leg(debug_stack, alice) -> None:
     from config.celery import app
 
+    stack = debug_stack
     task = submit(alice, "slow_echo", text="once", seconds=1)
     record = Dispatch.objects.get(task=task)
     for _ in range(2):

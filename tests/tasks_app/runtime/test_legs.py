@@ -307,11 +307,17 @@ def test_a_leg_stops_at_a_checkpoint_once_cancellation_is_requested(alice) -> No
 def test_the_worker_log_names_the_task_and_the_leg(alice, caplog) -> None:
     task = submit(alice, "noop")
 
-    with caplog.at_level("INFO", logger="tasks_app.runtime"):
+    with caplog.at_level("DEBUG", logger="tasks_app.runtime"):
         leg(task)
 
     lines = [r.getMessage() for r in caplog.records]
-    assert any(line.startswith(f"leg started task={task.pk} leg=1 tool=noop") for line in lines)
+    # The start at DEBUG, the end (outcome and duration) at INFO.
+    started = [
+        r
+        for r in caplog.records
+        if r.getMessage().startswith(f"leg started task={task.pk} leg=1 tool=noop")
+    ]
+    assert [r.levelname for r in started] == ["DEBUG"]
     assert any(
         line.startswith(f"leg ended task={task.pk} leg=1 outcome=completed") for line in lines
     )

@@ -10,7 +10,10 @@ _host = os.environ.get("HOST", "127.0.0.1")
 # Honcho gives every process its own PORT; TASKDESK_PORT keeps the one the user chose.
 _port = os.environ.get("TASKDESK_PORT") or os.environ.get("PORT", "8000")
 bind = [f"{_host}:{_port}"]
-workers = int(os.environ.get("WEB_WORKERS") or multiprocessing.cpu_count() * 2 + 1)
+# One process per core (at least two): the work is CPU-bound (the GIL), and on the same cores
+# the Celery worker, PostgreSQL and Redis want their share; more processes only cost memory
+# (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
+workers = int(os.environ.get("WEB_WORKERS") or max(2, multiprocessing.cpu_count()))
 # Threads keep a streaming (SSE) response from blocking a whole worker process.
 worker_class = "gthread"
 threads = int(os.environ.get("WEB_THREADS") or 4)

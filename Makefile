@@ -41,9 +41,12 @@ conformance: install
 	bash scripts/conformance.sh
 
 # Benchmarks (not part of `make test`): each starts its own database, broker and server
-# processes, prints its figures and writes them into docs/benchmarks.md.
+# processes, prints its figures and writes them into docs/benchmarks.md. The headline is
+# bench/shipped.py: `make run` itself (PostgreSQL + Redis, then the embedded default) side by
+# side with the FastMCP-tasks peer (../shared/bench/side_by_side.sh); the others isolate parts.
 bench: install
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
+	BENCH_STACK=$${BENCH_STACK:-both} $(BIN)/python bench/shipped.py
 	$(BIN)/python bench/acceptance.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/dashboard.py

@@ -28,7 +28,6 @@ import contextlib
 import json
 import os
 import platform
-import re
 import shutil
 import signal
 import statistics
@@ -92,7 +91,9 @@ def _group(cmd: str, parent_cmd: str) -> str | None:
     if "celery" in cmd and "--queues control" in cmd:
         return "control worker"
     if "celery" in cmd and " worker" in cmd:
-        return "worker pool" if "celery" in parent_cmd and " worker" in parent_cmd else "worker main"
+        return (
+            "worker pool" if "celery" in parent_cmd and " worker" in parent_cmd else "worker main"
+        )
     if "honcho" in cmd or cmd.startswith(("make ", "/usr/bin/make ")):
         return "supervisor"
     if cmd.startswith("postgres") or "/postgres " in cmd:
@@ -160,12 +161,14 @@ def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
         if stack == "postgres":
             env["DATABASE_URL"] = stack_.enter_context(database("taskdesk_shipped"))
             env["CELERY_BROKER_URL"] = REDIS
-            subprocess.run(
-                ["redis-cli", "-u", REDIS, "FLUSHDB"], check=False, capture_output=True
-            )
+            subprocess.run(["redis-cli", "-u", REDIS, "FLUSHDB"], check=False, capture_output=True)
         log = open(workdir / f"make-run-{stack}.log", "wb")  # noqa: SIM115
         proc = subprocess.Popen(
-            ["make", "run"], cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
+            ["make", "run"],
+            cwd=ROOT,
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
             start_new_session=True,
         )
         try:
@@ -181,9 +184,20 @@ def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
             else:
                 sys.exit("bench: make run did not become ready within 180 s")
             out = subprocess.run(
-                [str(ROOT / ".venv/bin/python"), "manage.py", "create_client_token",
-                 "--client", f"bench-{stack}", "--tenant", "bench"],
-                cwd=ROOT, env=env, capture_output=True, text=True, check=True,
+                [
+                    str(ROOT / ".venv/bin/python"),
+                    "manage.py",
+                    "create_client_token",
+                    "--client",
+                    f"bench-{stack}",
+                    "--tenant",
+                    "bench",
+                ],
+                cwd=ROOT,
+                env=env,
+                capture_output=True,
+                text=True,
+                check=True,
             )
             token = out.stdout.strip().splitlines()[-1].strip()
             time.sleep(3)  # the worker and beat settle
@@ -228,7 +242,10 @@ def cpu_per_task(url: str, token: str) -> dict[str, Any]:
     before = snapshot()
     wrk = subprocess.run(
         ["wrk", "-t2", "-c16", "-d10s", "--timeout", "10s", "-s", "accept.lua", url],
-        cwd=SHARED / "lua", env=env, capture_output=True, text=True,
+        cwd=SHARED / "lua",
+        env=env,
+        capture_output=True,
+        text=True,
     )
     mid = snapshot()
     load("drain", url, *common)
@@ -266,7 +283,7 @@ def cpu_table(cpu: dict[str, Any]) -> str:
     rows.append("")
     rows.append(
         f"Accept: {cpu['accepted']} tasks in 10 s ({cpu['accept_rps']:.0f}/s), the worker "
-        f"running them meanwhile; \"accept + drain\" adds what the stack spent until the "
+        f'running them meanwhile; "accept + drain" adds what the stack spent until the '
         f"last of them had run. End to end: {tasks} tasks at {cpu['e2e_rate']:.0f} tasks/s. "
         "Two cores give 2,000 ms of CPU per second, so a total of T ms per task bounds the "
         "rate at 2000 / T."
@@ -277,32 +294,69 @@ def cpu_table(cpu: dict[str, Any]) -> str:
 # --- phase 2: side by side -------------------------------------------------------------------
 
 
-def side_by_side(url: str, token: str, pid: int, out: Path) -> tuple[str, dict[str, Any]]:
+def side_by_side(url: str, token: str, pid: int, out: Path, *, peer: bool) -> list[dict[str, Any]]:
+    """Run ``side_by_side.sh`` (or, without PEER, only its half against us) and return the
+    rows of its results.jsonl."""
     env = {**os.environ, "TARGET_PIDS": str(pid)}
-    if os.environ.get("BENCH_SKIP_PEER") == "1":
-        env["BENCH_AUTH"] = f"Bearer {token}"
-        env.update(TOOL=TOOL, TOOL_ARGS=TOOL_ARGS, LG_PYTHON=lg_python(), REPEATS="2")
-        script = [str(SHARED / "bench_target.sh"), url, "taskdesk", str(out)]
-    else:
+    if peer:
         script = [str(SHARED / "side_by_side.sh"), url, token, str(out)]
+    else:
+        env.update(BENCH_AUTH=f"Bearer {token}", TOOL=TOOL, TOOL_ARGS=TOOL_ARGS)
+        env.update(LG_PYTHON=lg_python(), REPEATS=os.environ.get("REPEATS", "2"))
+        script = [str(SHARED / "bench_target.sh"), url, "taskdesk", str(out)]
     done = subprocess.run(script, env=env, capture_output=True, text=True)
     if done.returncode != 0:
         sys.exit(f"bench: {script[0]} failed:\n{done.stdout[-3000:]}\n{done.stderr[-3000:]}")
-    rows = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
-    return done.stdout, {"rows": rows}
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
-def ratio_table(stdout: str) -> str:
-    lines = [line for line in stdout.splitlines() if line.strip()]
-    start = next((i for i, line in enumerate(lines) if line.startswith("figure")), None)
-    if start is None:
-        return "```\n" + stdout.strip() + "\n```"
-    table = ["| figure | Taskdesk | peer | ratio |", "| --- | ---: | ---: | ---: |"]
-    for line in lines[start + 1 :]:
-        parts = line.rsplit(None, 3)
-        if len(parts) == 4:
-            table.append(f"| {parts[0].strip()} | {parts[1]} | {parts[2]} | {parts[3]} |")
-    return "\n".join(table)
+# The figures side_by_side.sh prints, as (title, figure, key, higher is better).
+FIGURES = [
+    ("accept, req/s", "accept", "ok_rps", True),
+    ("accept p99, ms", "accept", "p99_ms", False),
+    ("accept, 1 connection, p50 ms", "accept_c1", "p50_ms", False),
+    ("tasks/get, req/s", "get", "ok_rps", True),
+    ("tasks/get p99, ms", "get", "p99_ms", False),
+    ("tasks/get, 1 connection, p50 ms", "get_c1", "p50_ms", False),
+    ("end to end, tasks/s", "e2e", "tasks_per_s", True),
+    ("closed loop p50, ms", "e2e_closed", "lat_p50_ms", False),
+    ("closed loop p99, ms", "e2e_closed", "lat_p99_ms", False),
+]
+
+
+def _median(rows: list[dict[str, Any]], label: str, figure: str, key: str) -> float | None:
+    values = [
+        r[key] for r in rows
+        if r.get("figure") == figure and label in r.get("label", "") and isinstance(r.get(key), int | float)
+    ]  # fmt: skip
+    return statistics.median(values) if values else None
+
+
+def ratio_table(rows: list[dict[str, Any]]) -> str:
+    """Medians of the repeats, ours beside the peer's (the median of each figure, as
+    side_by_side.sh prints them), with the ratio: ours / peer for rates, peer / ours for
+    latencies, so above 1 is better for Taskdesk either way."""
+    peer = any("redis-x2" in r.get("label", "") for r in rows)
+    head = (
+        "| figure | Taskdesk | peer | ratio |\n| --- | ---: | ---: | ---: |"
+        if peer
+        else ("| figure | Taskdesk |\n| --- | ---: |")
+    )
+    lines = [head]
+    for title, figure, key, higher in FIGURES:
+        ours = _median(rows, "taskdesk", figure, key)
+        if ours is None:
+            continue
+        if not peer:
+            lines.append(f"| {title} | {ours:.1f} |")
+            continue
+        theirs = _median(rows, "redis-x2", figure, key)
+        if theirs is None:
+            lines.append(f"| {title} | {ours:.1f} | - | - |")
+            continue
+        ratio = ours / theirs if higher else theirs / ours
+        lines.append(f"| {title} | {ours:.1f} | {theirs:.1f} | {ratio:.2f} |")
+    return "\n".join(lines)
 
 
 def rss_line(rows: list[dict[str, Any]], ours: tuple[int, int, int]) -> str:
@@ -341,20 +395,26 @@ def write_docs(text: str) -> None:
 
 def run(stack: str, workdir: Path) -> str:
     label = "PostgreSQL + Redis" if stack == "postgres" else "SQLite + the embedded broker"
+    # The peer runs on Redis: it is measured beside the PostgreSQL + Redis stack only.
+    peer = stack == "postgres" and os.environ.get("BENCH_SKIP_PEER") != "1"
     say(f"make run on {label}")
     with make_run(stack, workdir) as (url, pid, token):
         say("CPU per task, by process")
         cpu = cpu_per_task(url, token)
-        say("side by side with the peer" if os.environ.get("BENCH_SKIP_PEER") != "1" else "ours")
-        out = workdir / f"side-by-side-{stack}"
-        stdout, result = side_by_side(url, token, pid, out)
+        say("side by side with the peer" if peer else "the side-by-side figures (ours only)")
+        rows = side_by_side(url, token, pid, workdir / f"side-by-side-{stack}", peer=peer)
         rss = rss_of(pid)
-    print(stdout)
-    ratios = ratio_table(stdout)
+    ratios = ratio_table(rows)
     table = cpu_table(cpu)
-    print(table)
+    print(ratios, table, sep="\n\n")
+    ratio_note = (
+        "Ratios are Taskdesk / peer for rates and peer / Taskdesk for latencies: above 1, "
+        "Taskdesk is ahead. "
+        if peer
+        else ""
+    )
     return (
-        f"### `make run` on {label}\n\n{ratios}\n\n{rss_line(result['rows'], rss)}\n\n"
+        f"### `make run` on {label}\n\n{ratios}\n\n{ratio_note}{rss_line(rows, rss)}\n\n"
         f"CPU per task by process (ms):\n\n{table}"
     )
 

@@ -386,13 +386,17 @@ class Portable:
             f"WHERE rt.status = '{Status.WORKING.value}' AND rt.lease_owner <> '' "
             f"AND rt.lease_expires_at > {self._db_now} GROUP BY c.tenant_id"
         )
+        record = self._head_record.format(dispatch=t["dispatch"])
         return f"""
-            SELECT d.id, d.task_id FROM {t["dispatch"]} d
-            JOIN (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
-                  UNION ALL SELECT {untenanted}) heads ON heads.id = d.id
+            SELECT d.id, d.task_id FROM (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
+                  UNION ALL SELECT {untenanted}) heads
+            {record}
             LEFT JOIN ({running}) running ON running.tenant_id = d.tenant_id
             ORDER BY coalesce(running.n, 0), d.id
             LIMIT 1"""
+
+    # How _fair_next reads the record of each head: by its primary key.
+    _head_record = "JOIN {dispatch} d ON d.id = heads.id"
 
     def claim_next(
         self, *, owner: str, now: datetime, lease_seconds: float
@@ -567,6 +571,15 @@ class PostgreSQL(Portable):
     @property
     def _db_later(self) -> str:
         return "(statement_timestamp() + %s * INTERVAL '1 second')"
+
+    # A lateral lookup (LIMIT 1 keeps the planner from flattening it into a join), so each
+    # head is one primary-key probe. As a plain join the planner, which cannot tell how few
+    # heads there are, hashed the whole dispatch table on every claim: a cost that grew with
+    # the table (4 ms per claim at 6,000 records under EXPLAIN ANALYZE; 0.45 ms, whatever the size).
+    _head_record = (
+        "CROSS JOIN LATERAL (SELECT id, task_id, tenant_id FROM {dispatch} WHERE id = heads.id "
+        "LIMIT 1) d"
+    )
 
     # --- acceptance -------------------------------------------------------------------------
     #

@@ -18,6 +18,7 @@ connection attempt per pause, not one per receipt.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import logging
 import os
 import threading
@@ -141,7 +142,12 @@ def _mark_published(ids: list[int]) -> None:
 def _send(records: Sequence[Pending]) -> None:
     from config.celery import app
 
-    with app.producer_or_acquire() as producer, producer.batch():
+    # A batch (one pipelined round trip for many records) costs a Redis client of its own;
+    # a receipt's single record goes out without one.
+    with (
+        app.producer_or_acquire() as producer,
+        producer.batch() if len(records) > 1 else contextlib.nullcontext(),
+    ):
         for dispatch_id, task_id in records:
             app.send_task(
                 RUN_TASK_JOB,

@@ -201,6 +201,9 @@ class Claim:
     has_journal: bool
     # The dispatch record's ``context`` (empty for a claim without a record).
     origin: dict[str, Any]
+    # Whether cancellation had been requested when the claim read the row: a leg's first
+    # checkpoint trusts a "no" for as long as it trusts its own polls.
+    cancel_requested: bool = True
 
 
 @dataclass(frozen=True)
@@ -288,7 +291,9 @@ class Portable:
         return (
             "tool_name, arguments, leg, client_id, "
             f"EXISTS (SELECT 1 FROM {t['journal']} j WHERE j.task_id = {t['task']}.id) "
-            "AS has_journal, status, lease_expires_at"
+            # The column itself, not "IS NOT NULL": SQLite 3.40 evaluates a null test in an
+            # UPDATE's RETURNING wrongly here (true for a NULL).
+            "AS has_journal, status, lease_expires_at, cancel_requested_at"
         )
 
     @cached_property
@@ -449,7 +454,7 @@ class Portable:
         return claim
 
     def _claimed(self, task_id: str, owner: str, row: tuple[Any, ...]) -> Claim:
-        tool_name, arguments, leg, client_id, has_journal, status, expires, origin = row
+        tool_name, arguments, leg, client_id, has_journal, status, expires, cancel, origin = row
         task = Task(
             pk=task_id,
             client_id=client_id,
@@ -460,7 +465,12 @@ class Portable:
             lease_owner=owner,
             lease_expires_at=_as_datetime(expires),
         )
-        return Claim(task=task, has_journal=bool(has_journal), origin=_origin(origin))
+        return Claim(
+            task=task,
+            has_journal=bool(has_journal),
+            origin=_origin(origin),
+            cancel_requested=cancel is not None,
+        )
 
     def renew(self, *, task_id: str, owner: str, leg: int, lease_seconds: float) -> bool:
         """Push the expiry of OWNER's lease (generation LEG) to the database's time plus
@@ -697,7 +707,7 @@ SELECT old_task.*, NULL FROM old_task
             {self._started("%(dispatch)s::bigint", "claimed")}
         )
         SELECT tool_name, arguments, leg, client_id, has_journal, status, lease_expires_at,
-            (SELECT context FROM consumed)
+            cancel_requested_at, (SELECT context FROM consumed)
         FROM claimed
     """
 
@@ -718,7 +728,8 @@ SELECT old_task.*, NULL FROM old_task
         )
         SELECT consumed.id, consumed.task_id,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
-            claimed.has_journal, claimed.status, claimed.lease_expires_at, consumed.context
+            claimed.has_journal, claimed.status, claimed.lease_expires_at,
+            claimed.cancel_requested_at, consumed.context
         FROM consumed LEFT JOIN claimed ON true
     """
 

@@ -112,7 +112,15 @@ def _check_name(kind: str, name: object) -> str:
 class TaskContext(ToolContext):
     """The context of one leg of one task (see the module docstring)."""
 
-    def __init__(self, *, task: Task, spec: ToolSpec, owner: str, has_journal: bool = True) -> None:
+    def __init__(
+        self,
+        *,
+        task: Task,
+        spec: ToolSpec,
+        owner: str,
+        has_journal: bool = True,
+        cancel_checked: bool = False,
+    ) -> None:
         self.task = task
         self.spec = spec
         self.owner = owner
@@ -139,7 +147,9 @@ class TaskContext(ToolContext):
         self.compensations: list[Compensation] = []
         self._shield_depth = 0
         self._alarm_pending = False
-        self._cancel_checked_at = float("-inf")
+        # CANCEL_CHECKED: the claim, a moment ago, found no cancellation requested, which
+        # counts as the first poll (CANCEL_POLL_SECONDS).
+        self._cancel_checked_at = time.monotonic() if cancel_checked else float("-inf")
         self._progress_written_at = float("-inf")
 
     @cached_property

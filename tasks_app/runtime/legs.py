@@ -153,7 +153,13 @@ def _run_logged(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: flo
         }
         outcome = _end(task.pk, owner, task.leg, Ending(LegOutcome.FAILED, error=error))
     else:
-        ctx = TaskContext(task=task, spec=spec, owner=owner, has_journal=claim.has_journal)
+        ctx = TaskContext(
+            task=task,
+            spec=spec,
+            owner=owner,
+            has_journal=claim.has_journal,
+            cancel_checked=not claim.cancel_requested,
+        )
         with leases.held(task.pk, owner, task.leg, since=sent) as lease:
             ctx.lease = lease
             outcome = _undo(ctx) if task.status == Status.CANCELLED else _run(ctx)

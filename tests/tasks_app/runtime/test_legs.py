@@ -288,6 +288,19 @@ def test_progress_becomes_the_status_message(alice, monkeypatch) -> None:
     assert len(seen) < 7  # written at most every quarter second
 
 
+def test_the_claim_counts_as_the_first_cancellation_poll(alice) -> None:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    task = submit(alice, "slow_echo", text="x", seconds=0)  # one checkpoint (ctx.sleep(0))
+
+    with CaptureQueriesContext(connection) as queries:
+        assert leg(task) == LegOutcome.COMPLETED
+
+    polls = [q for q in queries.captured_queries if '"cancel_requested_at" IS NOT NULL' in q["sql"]]
+    assert polls == []  # the claim read the row a moment ago and found no request
+
+
 def test_a_leg_stops_at_a_checkpoint_once_cancellation_is_requested(alice) -> None:
     task = submit(alice, "sleeper", seconds=5)
     # As if tasks/cancel arrived while the leg ran (request_cancel would cancel an unleased

@@ -361,24 +361,23 @@ def ratio_table(rows: list[dict[str, Any]]) -> str:
 
 def rss_line(rows: list[dict[str, Any]], ours: tuple[int, int, int]) -> str:
     peer = [r for r in rows if r.get("figure") == "rss" and r.get("label") != "taskdesk"]
-    peer_text = f"; the peer's: {peer[-1]['hwm_kb'] / 1024:.0f} MiB" if peer else ""
+    peer_text = f"; the peer's two processes: {peer[-1]['hwm_kb'] / 1024:.0f} MiB" if peer else ""
     return (
-        f"Peak RSS of all Taskdesk processes during the run (sum of VmHWM over {ours[2]} "
-        f"processes): {ours[0] / 1024:.0f} MiB, {ours[1] / 1024:.0f} MiB after it{peer_text}."
+        f"Peak RSS of all Taskdesk processes (sum of VmHWM over {ours[2]} processes, read "
+        f"after the run): {ours[0] / 1024:.0f} MiB{peer_text}."
     )
 
 
 def machine_line() -> str:
-    model = ""
+    model = "unknown CPU"
     with contextlib.suppress(OSError):
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
                 model = line.split(":", 1)[1].strip()
                 break
-    load1 = os.getloadavg()[0]
     return (
-        f"Machine: {os.cpu_count()} cores ({model}), Linux {platform.release()}, Python "
-        f"{platform.python_version()}; load average {load1:.2f} at the start."
+        f"{os.cpu_count()}-core machine ({model}, Linux {platform.release()}, Python "
+        f"{platform.python_version()}, load average {os.getloadavg()[0]:.2f} at the start)"
     )
 
 
@@ -406,17 +405,18 @@ def run(stack: str, workdir: Path) -> str:
         rss = rss_of(pid)
     ratios = ratio_table(rows)
     table = cpu_table(cpu)
-    print(ratios, table, sep="\n\n")
     ratio_note = (
         "Ratios are Taskdesk / peer for rates and peer / Taskdesk for latencies: above 1, "
         "Taskdesk is ahead. "
         if peer
-        else ""
+        else "The peer runs on Redis, so it is measured beside the PostgreSQL + Redis stack only. "
     )
-    return (
+    section = (
         f"### `make run` on {label}\n\n{ratios}\n\n{ratio_note}{rss_line(rows, rss)}\n\n"
         f"CPU per task by process (ms):\n\n{table}"
     )
+    print(section, flush=True)
+    return section
 
 
 def main() -> None:
@@ -424,7 +424,10 @@ def main() -> None:
     stacks = ["postgres", "embedded"] if choice == "both" else [choice]
     workdir = Path(tempfile.mkdtemp(prefix="taskdesk-shipped-"))
     started = datetime.now(UTC).strftime("%Y-%m-%d")
-    parts = [f"_Run of {started} (`make bench`, bench/shipped.py):_", "", machine_line(), ""]
+    parts = [
+        f"_Run of {started} (`make bench`, bench/shipped.py), on this {machine_line()}:_",
+        "",
+    ]
     try:
         for stack in stacks:
             parts.append(run(stack, workdir))

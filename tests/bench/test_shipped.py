@@ -1,0 +1,70 @@
+"""bench/shipped.py's arithmetic: which process a CPU second belongs to, and the ratios."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@pytest.fixture(scope="module")
+def shipped():  # type: ignore[no-untyped-def]
+    sys.path.insert(0, str(BENCH))  # it imports its sibling `common`
+    try:
+        spec = importlib.util.spec_from_file_location("shipped", BENCH / "shipped.py")
+        assert spec is not None and spec.loader is not None
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.path.remove(str(BENCH))
+
+
+@pytest.mark.parametrize(
+    ("cmd", "parent", "group"),
+    [
+        (".venv/bin/python .venv/bin/gunicorn config.wsgi -c config/gunicorn.conf.py", "", "web"),
+        (
+            ".venv/bin/celery -A config worker --pool prefork --queues celery",
+            "honcho",
+            "worker main",
+        ),
+        (
+            ".venv/bin/celery -A config worker --pool prefork --queues celery",
+            ".venv/bin/celery -A config worker --queues celery",
+            "worker pool",
+        ),
+        (".venv/bin/celery -A config worker --queues control -n control@h", "", "control worker"),
+        (".venv/bin/celery -A config beat --loglevel INFO", "", "beat"),
+        (".venv/bin/python .venv/bin/honcho -f Procfile start", "make run", "supervisor"),
+        ("postgres: 15/main: postgres taskdesk 127.0.0.1(5050) idle", "", "PostgreSQL"),
+        ("redis-server 127.0.0.1:6379", "", "Redis"),
+        ("/usr/bin/bash something else", "", None),
+    ],
+)
+def test_processes_are_counted_in_their_group(shipped, cmd, parent, group) -> None:  # type: ignore[no-untyped-def]
+    assert shipped._group(cmd, parent) == group
+
+
+def test_ratios_favour_taskdesk_above_one_for_rates_and_latencies(shipped) -> None:  # type: ignore[no-untyped-def]
+    rows = [
+        {"label": "taskdesk", "figure": "accept", "rep": 1, "ok_rps": 300.0, "p99_ms": 100.0},
+        {"label": "taskdesk", "figure": "accept", "rep": 2, "ok_rps": 500.0, "p99_ms": 60.0},
+        {"label": "fastmcp-tasks redis-x2", "figure": "accept", "rep": 1, "ok_rps": 200.0, "p99_ms": 160.0},
+    ]  # fmt: skip
+
+    table = shipped.ratio_table(rows).splitlines()
+
+    assert "| accept, req/s | 400.0 | 200.0 | 2.00 |" in table  # the median of ours
+    assert "| accept p99, ms | 80.0 | 160.0 | 2.00 |" in table  # peer / ours for latencies
+    assert not any(line.startswith("| tasks/get") for line in table)  # not measured
+
+
+def test_without_the_peer_the_table_has_our_column_only(shipped) -> None:  # type: ignore[no-untyped-def]
+    rows = [{"label": "taskdesk", "figure": "e2e", "rep": 1, "tasks_per_s": 120.5}]
+
+    assert shipped.ratio_table(rows).splitlines()[-1] == "| end to end, tasks/s | 120.5 |"

@@ -27,7 +27,13 @@ from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import close_old_connections, connections, transaction
+from django.db import (
+    InterfaceError,
+    OperationalError,
+    close_old_connections,
+    connections,
+    transaction,
+)
 from django.db.models import F, Q
 from django.utils import timezone
 
@@ -184,6 +190,9 @@ def publish_pending(*, limit: int = 5000) -> int:
     now = timezone.now()
     unpublished = Dispatch.objects.filter(
         published_at__isnull=True,
+        # A record a waiting leg already consumed needs no message (its mark was lost with
+        # the web process that sent it, or the broker was down when it was written).
+        consumed_at__isnull=True,
         created_at__lte=now - timedelta(seconds=settings.TASKDESK_DISPATCH_GRACE_SECONDS),
     ).order_by("created_at")
     lost = (
@@ -291,6 +300,13 @@ class _Publisher:
                 _mark_published(sent)
             if failed:
                 Dispatch.objects.filter(pk__in=failed).update(attempts=F("attempts") + 1)
+        except (OperationalError, InterfaceError) as exc:  # the database is down or restarting
+            # Unmarked records are published again by the sweeper: harmless, and no bug.
+            log.warning(
+                "marking %s dispatch records failed: database unavailable: %s",
+                len(sent) + len(failed),
+                str(exc).strip().splitlines()[:1],
+            )
         except Exception:  # unmarked records are published again by the sweeper: harmless
             log.exception("marking %s dispatch records failed", len(sent) + len(failed))
 

@@ -153,12 +153,13 @@ class DatabaseCollector(Collector):
 
     def _dispatch(self, now: datetime) -> Iterator[Metric]:
         # Both on partial indexes (dispatch_unpublished, dispatch_waiting).
-        unpublished = Dispatch.objects.filter(published_at__isnull=True).aggregate(
-            n=Count("pk"), oldest=Min("created_at")
-        )
+        unpublished = Dispatch.objects.filter(
+            published_at__isnull=True, consumed_at__isnull=True
+        ).aggregate(n=Count("pk"), oldest=Min("created_at"))
         yield _gauge(
             "taskdesk_dispatch_unpublished",
-            "Dispatch records not yet published to the broker (the sweeper publishes them).",
+            "Dispatch records no leg has taken and not yet published to the broker (the "
+            "sweeper publishes them).",
             unpublished["n"],
         )
         yield _gauge(

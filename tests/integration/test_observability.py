@@ -117,12 +117,11 @@ def test_json_logs_follow_a_request_id_from_the_web_to_the_first_leg(
         assert call[0]["client"] == "alice"
         assert call[0]["tool"] == "slow_echo"
         assert call[0]["task_id"] == task_id
-        # The worker's first leg carries the same request id on every line of the leg.
+        # The worker's first leg carries the same request id on every line of the leg (at
+        # INFO, one line: its end, with the outcome).
         leg = [line for line in worker if line.get("task_id") == task_id]
-        assert [line["message"].split(" ")[:2] for line in leg] == [
-            ["leg", "started"],
-            ["leg", "ended"],
-        ]
+        assert [line["message"].split(" ")[:2] for line in leg] == [["leg", "ended"]]
+        assert "outcome=completed" in leg[0]["message"]
         for line in leg:
             assert line["request_id"] == request_id
             assert (line["tool"], line["client"], line["leg"]) == ("slow_echo", "alice", 1)

@@ -103,6 +103,21 @@ def test_the_sweeper_publishes_records_left_unpublished(db, alice, settings) -> 
         assert dispatch.publish_pending() == 0  # published once, not again
 
 
+def test_an_unpublished_record_a_leg_already_consumed_is_not_published(db, alice, settings) -> None:
+    # A waiting leg ran the task from its record before any message was marked (the web
+    # process that sent it died): the record needs no message, and is not counted as one.
+    from tasks_app.metrics import DatabaseCollector
+
+    settings.TASKDESK_DISPATCH_GRACE_SECONDS = 0
+    task = accept(alice, "k-consumed").task
+    Dispatch.objects.filter(task=task).update(consumed_at=timezone.now())
+
+    assert dispatch.publish_pending() == 0
+    assert broker_messages(wait=0.3) == []
+    gauges = {m.name: m.samples[0].value for m in DatabaseCollector().collect() if m.samples}
+    assert gauges["taskdesk_dispatch_unpublished"] == 0
+
+
 def test_the_sweep_job_publishes_them_too(db, alice, settings) -> None:
     settings.TASKDESK_DISPATCH_GRACE_SECONDS = 0
     task = accept(alice, "k-1").task

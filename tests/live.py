@@ -251,14 +251,25 @@ class LiveStack:
             stop_process(proc, sig, timeout)
 
     def close(self) -> None:
-        """Stop every process of the stack: all are told at once, then each is waited for."""
+        """Stop every process of the stack: all are told at once, then each is waited for.
+
+        Only each group's leader (gunicorn's master, a Celery worker's main process) gets
+        SIGTERM, as a supervisor sends it: it stops its own children. Signalled directly, a
+        pool process can die before its main process has begun its warm shutdown, which
+        the main process then reports as a lost child. Whatever of a group is still there
+        after the wait is killed."""
         procs = [self.procs.pop(name) for name in list(self.procs)]
         for proc in procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGTERM)
+                    os.kill(proc.pid, signal.SIGTERM)
         for proc in procs:
-            stop_process(proc)
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                stop_process(proc, signal.SIGKILL, 5)
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)  # anything the leader left behind
 
     def pool_pids(self, name: str = "worker") -> list[int]:
         """PIDs of the pool processes of Celery worker NAME (children of its main process)."""

@@ -40,6 +40,7 @@ def main() -> None:
         actor=client.name,
         now=task.created_at,
         detail=Jsonb({"era": task.era, "carrier": "header"}),
+        origin=Jsonb({}),  # the dispatch record's trace context (none here)
     )
     literals = {k: psql.Literal(v).as_string(connection.connection) for k, v in params.items()}
     literals["id"] = "md5(random()::text)"

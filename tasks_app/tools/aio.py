@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import inspect
 import os
 import queue
@@ -81,9 +80,10 @@ class _Bridge:
         self.calls.put((fn, args, kwargs, reply))
         return await reply
 
-    def serve(self, running: concurrent.futures.Future[Any]) -> Any:
+    def serve(self, running: concurrent.futures.Future[Any], ended: threading.Event) -> Any:
         """On the leg's thread: run the context calls the coroutine sends until it ends;
-        return its value or raise its exception."""
+        return its value or raise its exception. ENDED is set once the coroutine has
+        finished on the loop (its own cancellation handlers included)."""
         running.add_done_callback(lambda _: self.calls.put(_DONE))
         try:
             while True:
@@ -102,8 +102,8 @@ class _Bridge:
             # what it still asks, and let the interruption end the leg.
             self.closed = True
             running.cancel()
-            with contextlib.suppress(BaseException):
-                running.exception(CANCEL_GRACE_SECONDS)
+            # The future is cancelled at once; the coroutine's handlers run later on the loop.
+            ended.wait(CANCEL_GRACE_SECONDS)
             raise
         finally:
             self.closed = True
@@ -265,5 +265,13 @@ def run_async_tool(
     actx = AsyncToolContext(ctx, bridge)
     if wrap is not None:
         actx = wrap(actx)
-    running = asyncio.run_coroutine_threadsafe(func(actx, **kwargs), bridge.loop)
-    return bridge.serve(running)
+    ended = threading.Event()
+
+    async def guarded() -> Any:
+        try:
+            return await func(actx, **kwargs)
+        finally:
+            ended.set()
+
+    running = asyncio.run_coroutine_threadsafe(guarded(), bridge.loop)
+    return bridge.serve(running, ended)

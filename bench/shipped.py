@@ -29,7 +29,6 @@ import json
 import os
 import platform
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -41,7 +40,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from common import DOCS, ROOT, database, free_port, say
+from common import DOCS, ROOT, database, free_port, process, say
 
 SHARED = Path(os.environ.get("BENCH_SHARED", ROOT.parent / "shared" / "bench")).resolve()
 CACHE = Path(os.environ.get("BENCH_CACHE", Path.home() / ".cache" / "taskdesk-bench"))
@@ -162,54 +161,39 @@ def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
             env["DATABASE_URL"] = stack_.enter_context(database("taskdesk_shipped"))
             env["CELERY_BROKER_URL"] = REDIS
             subprocess.run(["redis-cli", "-u", REDIS, "FLUSHDB"], check=False, capture_output=True)
-        log = open(workdir / f"make-run-{stack}.log", "wb")  # noqa: SIM115
-        proc = subprocess.Popen(
-            ["make", "run"],
+        log = workdir / f"make-run-{stack}.log"
+        # In its own process group, stopped with SIGTERM when the block ends.
+        proc = stack_.enter_context(process(["make", "run"], env=env, log=log))
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 180
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                sys.exit(f"bench: make run exited; see {workdir}/make-run-{stack}.log")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        else:
+            sys.exit("bench: make run did not become ready within 180 s")
+        out = subprocess.run(
+            [
+                str(ROOT / ".venv/bin/python"),
+                "manage.py",
+                "create_client_token",
+                "--client",
+                f"bench-{stack}",
+                "--tenant",
+                "bench",
+            ],
             cwd=ROOT,
             env=env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
+            capture_output=True,
+            text=True,
+            check=True,
         )
-        try:
-            url = f"http://127.0.0.1:{port}"
-            deadline = time.monotonic() + 180
-            while time.monotonic() < deadline:
-                if proc.poll() is not None:
-                    sys.exit(f"bench: make run exited; see {workdir}/make-run-{stack}.log")
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
-                        break
-                time.sleep(0.5)
-            else:
-                sys.exit("bench: make run did not become ready within 180 s")
-            out = subprocess.run(
-                [
-                    str(ROOT / ".venv/bin/python"),
-                    "manage.py",
-                    "create_client_token",
-                    "--client",
-                    f"bench-{stack}",
-                    "--tenant",
-                    "bench",
-                ],
-                cwd=ROOT,
-                env=env,
-                capture_output=True,
-                text=True,
-                check=True,
-            )
-            token = out.stdout.strip().splitlines()[-1].strip()
-            time.sleep(3)  # the worker and beat settle
-            yield f"{url}/mcp", proc.pid, token
-        finally:
-            os.killpg(proc.pid, signal.SIGINT)
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait(5)
-            log.close()
+        token = out.stdout.strip().splitlines()[-1].strip()
+        time.sleep(3)  # the worker and beat settle
+        yield f"{url}/mcp", proc.pid, token
 
 
 # --- phase 1: CPU per task ----------------------------------------------------------------

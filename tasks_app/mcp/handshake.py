@@ -23,7 +23,8 @@ The transport rules of the 2025 wire, in the order they are checked:
   (id ``taskdesk-q:<task>:<key>``) is that question's answer (``elicitations.transitions``,
   first answer wins); any other response is stored for the request that waits for it;
 - errors of a method are JSON-RPC errors with HTTP 200 (the TS and Python SDKs read error
-  codes only from a 2xx body); transport errors keep their HTTP status.
+  codes only from a 2xx body); transport errors keep their HTTP status;
+- a result is JSON, or one SSE event when ``Accept`` lists ``text/event-stream`` first.
 
 A synchronous call that asks the client (elicitation, sampling, roots) runs the same MRTR
 rounds as on the 2026 wire, but each round's input requests go to the client as real
@@ -282,9 +283,10 @@ class HandshakeEra(eras.ProtocolEra):
                 gone=lambda: stream_slots.peer_gone(request),
                 prime=_prime(resume),
             )
-        return streaming.json_response(
-            streaming.success(request_id, shape(result), result_type=False)
-        )
+        message = streaming.success(request_id, shape(result), result_type=False)
+        if streaming.prefers_events(request.headers.get("Accept", "")):
+            return streaming.event_response(message)
+        return streaming.json_response(message)
 
     # --- GET and DELETE --------------------------------------------------------------------
 
@@ -474,6 +476,18 @@ class _Held:
             self.slot.close()
 
 
+def _quiet(request: Request, seconds: float) -> bool:
+    """Wait SECONDS without a database connection, looking at the client's socket every
+    tenth of a second: False as soon as it has gone, so its slot is given back at once."""
+    handshake.pause(0)
+    ends = time.monotonic() + seconds
+    while (left := ends - time.monotonic()) > 0:
+        if stream_slots.peer_gone(request):
+            return False
+        time.sleep(min(0.1, left))
+    return not stream_slots.peer_gone(request)
+
+
 def _session_stream(
     request: Request, session: McpSession, client: Client, slot: stream_slots.Slot
 ) -> StreamingHttpResponse:
@@ -521,9 +535,10 @@ def _session_stream(
                 if time.monotonic() - quiet_since >= keepalive:
                     yield b": ping\n\n"
                     quiet_since = time.monotonic()
-                handshake.pause(min(1.0, keepalive))
-                if stream_slots.peer_gone(request):
-                    return
+                if not _quiet(request, min(1.0, keepalive)):
+                    return  # the client has gone
+                if not McpSession.objects.filter(pk=session.pk).exists():
+                    return  # DELETE ended the session
         finally:
             slot.close()
 

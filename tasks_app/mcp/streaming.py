@@ -84,6 +84,28 @@ def json_response(
     return response
 
 
+def event_response(message: dict[str, Any]) -> HttpResponse:
+    """MESSAGE as a one-event ``text/event-stream`` body, for a client that prefers streams
+    (a complete response: no thread, no held connection)."""
+    response = HttpResponse(
+        b"event: message\ndata: " + dumps(message) + b"\n\n", content_type="text/event-stream"
+    )
+    response["Cache-Control"] = "no-cache"
+    return response
+
+
+def prefers_events(accept: str) -> bool:
+    """Whether an ``Accept`` header lists ``text/event-stream`` before ``application/json``
+    (the 2025 wire lets the server answer a POST either way; the order breaks the tie)."""
+    for part in accept.split(","):
+        media = part.split(";", 1)[0].strip().lower()
+        if media == "text/event-stream":
+            return True
+        if media in ("application/json", "application/*", "*/*"):
+            return False
+    return False
+
+
 def error_response(request_id: Any, error: McpError) -> HttpResponse:
     logcontext.update(code=error.code)  # for the request's log line and metrics
     return json_response(failure(request_id, error), error.http_status, error.headers())

@@ -60,6 +60,13 @@ class ToolSpec:
     # When true, the call first runs synchronously (MRTR rounds allowed) until the function
     # calls ctx.escalate(); only then is the task created.
     escalate: bool = False
+    # When true, a call without the tasks extension (an optional tool called synchronously)
+    # also runs as a durable task, which the request waits for: a retry or a dropped
+    # connection finds the same task instead of running the tool again.
+    durable_sync: bool = False
+    # How long the 2025 wire holds the stream of such a call before closing it; the client
+    # resumes it by GET with Last-Event-ID (SEP-1699). None: TASKDESK_STREAM_SECONDS.
+    stream_seconds: float | None = None
     title: str | None = None
     toolset: str = ""
     meta: dict[str, Any] = field(default_factory=dict)
@@ -252,6 +259,8 @@ class Toolset:
         poll_interval: timedelta | None = None,
         time_limit: float | None = None,
         escalate: bool = False,
+        durable_sync: bool = False,
+        stream_seconds: float | None = None,
     ) -> Callable[[F], F]: ...
 
     def tool(
@@ -272,6 +281,8 @@ class Toolset:
         poll_interval: timedelta | None = None,
         time_limit: float | None = None,
         escalate: bool = False,
+        durable_sync: bool = False,
+        stream_seconds: float | None = None,
     ) -> Any:
         """Register FUNC (whose first parameter is a ToolContext) as a tool: ``@tools.tool``
         or ``@tools.tool(task="required", ...)``. The function itself is returned."""
@@ -284,6 +295,13 @@ class Toolset:
                 )
             if tool_name in self.tools:
                 raise ToolDefinitionError(f"tool {tool_name} is declared twice in {self.name}")
+            if durable_sync and (task != "optional" or escalate):
+                raise ToolDefinitionError(
+                    f'tool {tool_name}: durable_sync is for task="optional" tools (a '
+                    "required tool is always a task, a forbidden or escalating one never is)"
+                )
+            if stream_seconds is not None and stream_seconds <= 0:
+                raise ToolDefinitionError(f"tool {tool_name}: stream_seconds must be positive")
             model: type[pydantic.BaseModel] | None = None
             if input_schema:
                 schema = input_schema
@@ -313,6 +331,8 @@ class Toolset:
                 poll_interval=poll_interval,
                 time_limit=time_limit,
                 escalate=escalate,
+                durable_sync=durable_sync,
+                stream_seconds=stream_seconds,
                 toolset=self.name,
                 arguments_model=model,
             )

@@ -128,6 +128,16 @@ def test_declaration_mistakes_are_reported_to_the_tool_author() -> None:
         @tools.tool
         def c(ctx: ToolContext, **options: Any) -> None: ...
 
+    with pytest.raises(ToolDefinitionError, match='durable_sync is for task="optional" tools'):
+
+        @tools.tool(task="required", durable_sync=True)
+        def d(ctx: ToolContext) -> None: ...
+
+    with pytest.raises(ToolDefinitionError, match="stream_seconds must be positive"):
+
+        @tools.tool(task="optional", durable_sync=True, stream_seconds=0)
+        def e(ctx: ToolContext) -> None: ...
+
 
 def test_an_unknown_toolset_names_the_known_ones() -> None:
     with pytest.raises(ToolDefinitionError) as refused:

@@ -24,6 +24,7 @@ import binascii
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
@@ -49,6 +50,7 @@ from tasks_app.mcp.serializers import (
 )
 from tasks_app.mcp.streaming import Emit, EndStream, Streamed
 from tasks_app.models import Actor, Client, Era, Status, Task
+from tasks_app.tools import ToolSpec
 
 QUESTION_ID_PREFIX = "taskdesk-q:"
 RESUME_PREFIX = "r."
@@ -107,21 +109,51 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
     tool = catalog.current().tools.get(name)
     if tool is None:
         raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
+    arguments = call.data["arguments"]
     if call.data.get("task") is not None:
         if tool.task == "forbidden":
             raise MethodNotFound(
                 f"Tool {name!r} does not run as a task (execution.taskSupport is "
                 '"forbidden"): call it without params.task'
             )
-        receipt = tools.accept(call, tool, call.data["arguments"])
+        limits.check_call_rate(call.client.pk)
+        receipt = tools.accept(call, tool, arguments)
         return wire.create_task_result(receipt.task, wire.receipt_meta(receipt), era=Era.LEGACY)
     if tool.task == "required":
         raise MethodNotFound(
             f'Tool {name!r} runs only as a task (execution.taskSupport is "required"): '
             'send params.task, e.g. {"task": {}}'
         )
+    if tool.task == "optional" and not tool.escalate and tools.awaits_task(call, tool, arguments):
+        limits.check_call_rate(call.client.pk)
+        return _awaited_call(call, tool, arguments)
     answer: dict[str, Any] | Streamed = tools.tools_call(call)
     return answer
+
+
+def _awaited_call(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> Streamed:
+    """A synchronous call that runs as a durable task (keyed, or a ``durable_sync`` tool):
+    the answer waits for the task on a stream that starts with an event id. The stream is
+    held for the tool's ``stream_seconds`` (else ``TASKDESK_STREAM_SECONDS``) and then
+    closed; the client resumes it by GET with ``Last-Event-ID`` and gets the call's response
+    there (2025-11-25 basic/transports.mdx, "Resumability and Redelivery"; SEP-1699)."""
+    # The wait holds a synchronous slot, as a run here does; it is taken first, so that a
+    # refusal (429 busy) has written nothing.
+    release = limits.sync_slots.take()
+    try:
+        receipt = tools.accept(call, tool, arguments)
+    except BaseException:
+        release()
+        raise
+    meta = {tools.TASK_ID_META: receipt.task.pk, **wire.receipt_meta(receipt)}
+    return result_stream(
+        call.envelope,
+        receipt.task.pk,
+        call.id,
+        release=release,
+        hold=tool.stream_seconds,
+        meta=meta,
+    )
 
 
 # --- tasks ---------------------------------------------------------------------------------
@@ -207,21 +239,35 @@ def tasks_result(call: Call) -> dict[str, Any] | Streamed:
     return result_stream(call.envelope, task.pk, call.id)
 
 
-def result_stream(envelope: Envelope, task_id: str, request_id: str | int) -> Streamed:
-    """The blocking wait of ``tasks/result`` as a stream, holding one stream slot (503 when
-    none is free). After ``TASKDESK_STREAM_SECONDS`` it closes without the answer; its event
-    id lets the client resume it by GET with ``Last-Event-ID`` (``resume_id``)."""
-    slot = stream_slots.take()
+def result_stream(
+    envelope: Envelope,
+    task_id: str,
+    request_id: str | int,
+    *,
+    release: Callable[[], None] | None = None,
+    hold: float | None = None,
+    meta: dict[str, Any] | None = None,
+) -> Streamed:
+    """The blocking wait for a task's outcome as a stream, holding one stream slot (503 when
+    none is free), or the slot RELEASE gives back. After HOLD seconds (default
+    ``TASKDESK_STREAM_SECONDS``) it closes without the answer; its event id lets the client
+    resume it by GET with ``Last-Event-ID`` (``resume_id``). META joins the result's."""
+    if release is None:
+        release = stream_slots.take().close
+    seconds = settings.TASKDESK_STREAM_SECONDS if hold is None else hold
 
     def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:
         _result_stream(task_id, +1)
         try:
-            with slot:
-                return _wait_for_result(envelope, task_id, emit, cancelled)
+            result = _wait_for_result(envelope, task_id, emit, cancelled, seconds)
         finally:
             _result_stream(task_id, -1)
+            release()  # before the answer is sent (the stream calls it again: a no-op)
+        if meta:
+            result["_meta"] = {**result.get("_meta", {}), **meta}
+        return result
 
-    return Streamed(run, resume_id=resume_id(task_id, request_id))
+    return Streamed(run, resume_id=resume_id(task_id, request_id), release=release)
 
 
 def resume_id(task_id: str, request_id: str | int) -> str:
@@ -247,13 +293,14 @@ def parse_resume_id(text: str) -> tuple[str, str | int] | None:
 
 
 def _wait_for_result(
-    envelope: Envelope, task_id: str, emit: Emit, cancelled: threading.Event
+    envelope: Envelope, task_id: str, emit: Emit, cancelled: threading.Event, seconds: float
 ) -> dict[str, Any]:
-    """Block until the task is terminal. While it waits for a client's answer, send each
-    pending question as ``elicitation/create`` on this stream (once)."""
+    """Block until the task is terminal, for at most SECONDS (then end the stream). While it
+    waits for a client's answer, send each pending question as ``elicitation/create`` on
+    this stream (once)."""
     sent: set[str] = set()
     delay = 0.02
-    ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
+    ends = time.monotonic() + seconds
     while not cancelled.is_set():
         task = Task.objects.filter(pk=task_id).first()
         if task is None:

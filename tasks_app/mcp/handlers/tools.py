@@ -9,8 +9,9 @@ extension, regardless of earlier requests):
   function calls ``ctx.escalate()``, carrying the answers collected so far;
 - with the extension, ``optional`` and ``required`` tools become tasks (CreateTaskResult);
 - without it, ``required`` tools are refused with -32021; ``optional`` tools run here, except
-  that a keyed call (or a tool that requires a key) becomes a durable task whose outcome is
-  awaited, so a retry with the same key answers from the same task.
+  that a keyed call (or a tool that requires a key or is declared ``durable_sync``) becomes a
+  durable task whose outcome is awaited, so a retry with the same key answers from the same
+  task.
 
 A run here, and the wait for a keyed task, holds one of the process's synchronous slots
 (``limits``; none free: 429 ``busy``). A run here is stopped at a checkpoint after
@@ -79,12 +80,18 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
     if with_tasks:
         receipt = accept(call, tool, arguments)
         return wire.create_task_result(receipt.task, wire.receipt_meta(receipt))
-    if tool.requires_idempotency_key or _keyed(call, tool, arguments):
+    if awaits_task(call, tool, arguments):
         # The wait holds a request thread as a synchronous run does: it takes a slot first,
         # so a refusal (busy) has written nothing.
         with limits.sync_slots.held():
             return _await(accept(call, tool, arguments), call)
     return _run_here(call, tool, arguments)
+
+
+def awaits_task(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> bool:
+    """Whether a synchronous call of an ``optional`` TOOL runs as a durable task that the
+    request waits for: the tool asks for it, needs a key, or the call sends one."""
+    return tool.durable_sync or tool.requires_idempotency_key or _keyed(call, tool, arguments)
 
 
 def _keyed(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> bool:

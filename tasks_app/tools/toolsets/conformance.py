@@ -271,6 +271,16 @@ def test_elicitation(ctx: ToolContext, message: str) -> str:
     return f"User response: action={answer.action}, content={json.dumps(answer.content)}"
 
 
+# A synchronous call that outlives its stream (SEP-1699): the call runs as a durable task,
+# the server closes the POST stream after its priming event, and the client gets the
+# response on the GET it resumes with Last-Event-ID.
+@tools.tool(task="optional", durable_sync=True, stream_seconds=0.3)
+def test_reconnection(ctx: ToolContext) -> str:
+    """Run for about a second and a half, longer than the server holds the call's stream."""
+    ctx.sleep(1.5, every=0.1)
+    return "Reconnection test completed: the response came after the stream was resumed"
+
+
 @tools.tool
 def test_elicitation_sep1034_defaults(ctx: ToolContext) -> str:
     """Ask with a form whose fields all carry defaults (SEP-1034)."""

@@ -542,3 +542,108 @@ def test_responses_to_the_server_are_accepted_and_kept_once(mcp) -> None:  # typ
     failed = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse"}}
     assert session.post(failed).status_code == 202
     assert session.post({"jsonrpc": "2.0", "id": 5}).status_code == 400
+
+
+# --- synchronous calls that run as durable tasks, and streams the client resumes ------------
+
+
+def test_a_durable_synchronous_call_outlives_its_stream_and_resumes_by_get(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    import threading
+
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.1
+    session = Session(mcp)
+    body = rpc("tools/call", {"name": "test_reconnection", "arguments": {}})
+    body["id"] = 1
+    first = session.post(body)
+    assert first["Content-Type"] == "text/event-stream"
+    raw = b"".join(first.streaming_content).decode()
+    # The priming event comes first; the stream then closes (stream_seconds=0.3) unanswered.
+    assert raw.startswith("id: r.") and "retry: 1000" in raw and '"result"' not in raw
+    event_id = raw.splitlines()[0][4:]
+    task = Task.objects.get()  # the call is a durable task of this client
+    assert (task.tool_name, task.client.name, task.status) == (
+        "test_reconnection",
+        "alice",
+        Status.WORKING,
+    )
+    done = {"content": [{"type": "text", "text": "after the reconnect"}]}
+    timer = threading.Timer(0.3, lambda: transitions.complete(task_id=task.pk, result=done))
+    headers = {
+        "Authorization": f"Bearer {mcp.token}",
+        SESSION_HEADER: session.id,
+        "Accept": "text/event-stream",
+        "Last-Event-ID": event_id,
+    }
+    timer.start()
+    try:
+        resumed = events_of(b"".join(mcp.http.get("/mcp", headers=headers).streaming_content))
+    finally:
+        timer.join()
+    assert resumed[-1]["id"] == 1
+    assert resumed[-1]["result"]["content"] == done["content"]
+    assert stream_slots.held() == 0
+
+
+def test_a_keyed_synchronous_call_answers_from_its_task_in_any_session(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.mcp import limits
+
+    session = Session(mcp)
+    params = {"name": "slow_compute", "arguments": {"seconds": 0}}
+    settings.TASKDESK_STREAM_SECONDS = 1
+    settings.TASKDESK_KEEPALIVE_SECONDS = 5
+    waiting = session.call("tools/call", params, **{"Idempotency-Key": "sync-k"})
+    assert waiting["Content-Type"] == "text/event-stream"
+    assert '"result"' not in b"".join(waiting.streaming_content).decode()  # no worker here
+    task = Task.objects.get(idempotency_key="sync-k")
+    transitions.complete(
+        task_id=task.pk, result={"content": [{"type": "text", "text": "done"}], "isError": False}
+    )
+    # A retry in a new session is answered at once from the same task, marked as a replay.
+    again = ok(Session(mcp).call("tools/call", params, **{"Idempotency-Key": "sync-k"}))
+    assert again["content"] == [{"type": "text", "text": "done"}]
+    assert again["_meta"]["dev.taskdesk/taskId"] == task.pk
+    assert again["_meta"][REPLAYED_META] is True
+    assert again["_meta"][RELATED_TASK] == {"taskId": task.pk}
+    assert Task.objects.count() == 1
+    # No synchronous slot free: refused at once, and nothing is written.
+    settings.TASKDESK_SYNC_CONCURRENCY = 1
+    release = limits.sync_slots.take()
+    try:
+        busy = session.call("tools/call", params, **{"Idempotency-Key": "sync-busy"})
+    finally:
+        release()
+    assert busy.status_code == 429 and json_of(busy)["error"]["data"]["reason"] == "busy"
+    assert not Task.objects.filter(idempotency_key="sync-busy").exists()
+    assert limits.sync_slots.used == 0
+
+
+def test_a_result_is_one_event_when_the_client_lists_event_streams_first(mcp) -> None:  # type: ignore[no-untyped-def]
+    session = Session(mcp)
+    listed = session.call("tools/list", {}, Accept="text/event-stream, application/json")
+    assert listed["Content-Type"] == "text/event-stream"
+    (message,) = events_of(listed.content)
+    assert any(tool["name"] == "test_reconnection" for tool in message["result"]["tools"])
+    plain = session.call("tools/list", {})  # application/json first: plain JSON
+    assert plain["Content-Type"] == "application/json"
+    assert json.loads(plain.content)["result"] == message["result"]
+
+
+def test_the_get_stream_ends_when_its_session_is_deleted(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    settings.TASKDESK_STREAM_SECONDS = 30
+    session = Session(mcp)
+    headers = {
+        "Authorization": f"Bearer {mcp.token}",
+        SESSION_HEADER: session.id,
+        "Accept": "text/event-stream",
+    }
+    stream = iter(mcp.http.get("/mcp", headers=headers).streaming_content)
+    assert next(stream) == b": stream open\n\n"
+    assert stream_slots.held() == 1
+    deleted = mcp.http.delete("/mcp", headers=headers)
+    assert deleted.status_code == 204
+    started = time.monotonic()
+    rest = b"".join(stream)
+    assert time.monotonic() - started < 3 and b"data:" not in rest
+    assert stream_slots.held() == 0

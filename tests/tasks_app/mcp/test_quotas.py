@@ -106,6 +106,17 @@ def test_tools_call_beyond_the_call_rate_is_refused_per_client(mcp, bob_mcp, set
     assert "tools" in result_of(mcp.post(request("tools/list")))  # only tools/call counts
 
 
+def test_the_call_rate_holds_on_the_handshake_wire_too(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    from tests.tasks_app.mcp.conftest import Session
+
+    settings.TASKDESK_CALL_RATE = "1/minute"
+    session = Session(mcp)
+    params = {"name": "slow_echo", "arguments": {"text": "hi", "seconds": 0}, "task": {}}
+    assert session.call("tools/call", params).status_code == 200
+    assert_over(session.call("tools/call", params), "call_rate")
+    assert Task.objects.count() == 1
+
+
 def test_the_call_rate_is_off_by_default(mcp, settings) -> None:  # type: ignore[no-untyped-def]
     assert settings.TASKDESK_CALL_RATE is None
     for i in range(12):

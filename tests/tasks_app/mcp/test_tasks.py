@@ -189,6 +189,15 @@ def test_a_keyed_call_without_the_extension_waits_for_its_task(mcp, settings) ->
     assert Task.objects.filter(idempotency_key="sync-1").count() == 1
 
 
+def test_a_durable_sync_tool_runs_as_a_task_even_without_a_key(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_SYNC_WAIT_SECONDS = 0.2
+    body = request("tools/call", {"name": "test_reconnection", "arguments": {}})
+    waiting = result_of(mcp.post(body))
+    task = Task.objects.get(pk=waiting["_meta"]["dev.taskdesk/taskId"])
+    assert task.tool_name == "test_reconnection" and task.idempotency_key is None
+    assert waiting["isError"] is True  # still running after the wait: the answer says so
+
+
 def test_a_required_key_is_asked_for(mcp) -> None:  # type: ignore[no-untyped-def]
     body = request(
         "tools/call", {"name": "export_report", "arguments": {"quarter": "Q1"}}, tasks=True

@@ -471,9 +471,15 @@ CELERY_TASK_TIME_LIMIT = TASKDESK_CONTROL_TIME_LIMIT_SECONDS
 TASKDESK_LEG_TIME_LIMIT_SECONDS = env_float("TASKDESK_LEG_TIME_LIMIT_SECONDS", 7200.0, minimum=0.1)
 
 TASKDESK_SWEEP_SECONDS = env_float("TASKDESK_SWEEP_SECONDS", 5.0, minimum=0.5)
+# How often each worker writes its heartbeat row, and beat schedules heartbeat_job (the
+# control row); /readyz fails on a row older than TASKDESK_WORKER_STALE_SECONDS.
+TASKDESK_HEARTBEAT_SECONDS = env_float("TASKDESK_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},
-    "heartbeat": {"task": "heartbeat_job", "schedule": timedelta(seconds=10)},
+    "heartbeat": {
+        "task": "heartbeat_job",
+        "schedule": timedelta(seconds=TASKDESK_HEARTBEAT_SECONDS),
+    },
     "purge-expired": {"task": "purge_expired_job", "schedule": timedelta(minutes=5)},
     # Input-request deadlines are applied within one sweep interval of passing.
     "expire-input-requests": {
@@ -539,7 +545,7 @@ TASKDESK_KEEPALIVE_SECONDS = env_float("TASKDESK_KEEPALIVE_SECONDS", 15.0, minim
 # 2025-11-25 tasks/cancel moves the task to cancelled before it answers: how long it waits
 # for a running leg to reach its next checkpoint.
 TASKDESK_CANCEL_WAIT_SECONDS = env_float("TASKDESK_CANCEL_WAIT_SECONDS", 10.0, minimum=0)
-TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=5)
+TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=2)
 TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")
 TASKDESK_DEMO_EXPORT_SECONDS = env_float("TASKDESK_DEMO_EXPORT_SECONDS", 3.0, minimum=0)
 TASKDESK_REFUND_APPROVAL_CENTS = env_int("TASKDESK_REFUND_APPROVAL_CENTS", 10000, minimum=0)

@@ -1,9 +1,11 @@
 """Health of the parts Taskdesk needs: the database, the broker and the workers.
 
 ``report`` is ``/healthz`` (a worker that never reported is not a failure: a fresh install
-answers ok). ``readiness`` is ``/readyz``: the same parts, but the heartbeat must exist and be
-fresh. The heartbeat row is written by a worker running ``heartbeat_job``, which only beat
-schedules (every 10 s), so a fresh one shows that beat and at least one worker both run.
+answers ok). ``readiness`` is ``/readyz``: the same parts, but the heartbeats must exist and
+be fresh. Each worker's main process writes its own heartbeat row (``tasks_app.tasks``), so
+a fresh row of a worker consuming the leg queue shows that legs can run; the control row is
+written by ``heartbeat_job``, which only beat schedules (every 10 s) and the control worker
+runs, so a fresh one shows that both of those run.
 ``redacted`` drops exception text for callers who are not staff.
 """
 
@@ -48,23 +50,43 @@ def check_broker() -> dict[str, Any]:
 
 
 def check_workers(*, required: bool = False) -> dict[str, Any]:
+    """The heartbeats of the workers that take legs and of the control row (beat and the
+    control worker). REQUIRED (``/readyz``): both must exist; either way, a stale one fails."""
     from tasks_app.models import WorkerHeartbeat
 
     try:
-        last = (
-            WorkerHeartbeat.objects.order_by("-seen_at").values_list("seen_at", flat=True).first()
-        )
+        rows = list(WorkerHeartbeat.objects.values_list("queues", "seen_at"))
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
+    control = settings.TASKDESK_CONTROL_QUEUE
+    legs = [seen for queues, seen in rows if set(queues.split(",")) - {control}]
+    beat = [seen for queues, seen in rows if queues == control]
+    parts = {
+        "legs": _heartbeat(max(legs, default=None), "a worker taking legs", required),
+        "control": _heartbeat(max(beat, default=None), "beat and the control worker", required),
+    }
+    newest = max((seen for _, seen in rows), default=None)
+    out: dict[str, Any] = {
+        "ok": all(part["ok"] for part in parts.values()),
+        "heartbeat": newest.isoformat() if newest else None,
+        **parts,
+    }
+    errors = [part["error"] for part in parts.values() if "error" in part]
+    if errors:
+        out["error"] = "; ".join(errors)
+    return out
+
+
+def _heartbeat(last: Any, who: str, required: bool) -> dict[str, Any]:
     if last is None:
         if required:
-            return {"ok": False, "heartbeat": None, "error": "no worker has reported yet"}
-        return {"ok": True, "heartbeat": None}  # no worker has reported yet
+            return {"ok": False, "heartbeat": None, "error": f"{who}: no heartbeat yet"}
+        return {"ok": True, "heartbeat": None}  # a fresh install: nothing reported yet
     age = (timezone.now() - last).total_seconds()
     ok = age <= timedelta(seconds=settings.TASKDESK_WORKER_STALE_SECONDS).total_seconds()
     out: dict[str, Any] = {"ok": ok, "heartbeat": last.isoformat(), "age_seconds": round(age, 1)}
     if not ok:
-        out["error"] = f"last worker heartbeat {age:.0f} s ago"
+        out["error"] = f"{who}: last heartbeat {age:.0f} s ago"
     return out
 
 

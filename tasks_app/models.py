@@ -403,10 +403,14 @@ class PurgedTask(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """Last sign of life of the Celery workers, written by a periodic job."""
+    """Last sign of life of a Celery worker (``tasks_app.heartbeat``): each worker writes its
+    own row with the queues it consumes, and ``heartbeat_job`` (scheduled by beat, run on the
+    control queue) writes the control row."""
 
     hostname = models.CharField(max_length=200, unique=True)
     seen_at = models.DateTimeField()
+    # The queues the worker consumes, comma-separated ("control" for heartbeat_job's row).
+    queues = models.CharField(max_length=200, default="control")
 
     def __str__(self) -> str:
         return f"{self.hostname} @ {self.seen_at}"

@@ -11,10 +11,11 @@ from __future__ import annotations
 import logging
 import math
 import socket
+import threading
 from typing import Any
 
 from celery import Task, shared_task
-from celery.signals import task_prerun, worker_init
+from celery.signals import task_prerun, worker_init, worker_ready, worker_shutdown
 from django.conf import settings
 from django.db import DatabaseError, connections
 from django.utils import timezone
@@ -103,14 +104,54 @@ def sweep_job() -> None:
 
 @shared_task(name="heartbeat_job")
 def heartbeat_job() -> str:
-    """Record that a worker is alive (read by /healthz)."""
+    """Record that beat and a control worker are alive (read by /readyz and /healthz)."""
+    hostname = socket.gethostname()
+    _beat(hostname, settings.TASKDESK_CONTROL_QUEUE)
+    return hostname
+
+
+def _beat(hostname: str, queues: str) -> None:
     from tasks_app.models import WorkerHeartbeat
 
-    hostname = socket.gethostname()
     WorkerHeartbeat.objects.update_or_create(
-        hostname=hostname, defaults={"seen_at": timezone.now()}
+        hostname=hostname, defaults={"seen_at": timezone.now(), "queues": queues}
     )
-    return hostname
+
+
+# Every worker's own heartbeat: a thread of its main process writes the worker's row every
+# TASKDESK_HEARTBEAT_SECONDS, whatever its pool is running. A message on the leg queue would
+# wait behind long legs and make a busy worker look dead; heartbeat_job alone shows only that
+# beat and the control worker run, not that any worker takes legs.
+_stop_heartbeat = threading.Event()
+
+
+@worker_ready.connect
+def _start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    hostname = str(sender.hostname)
+    queues = ",".join(sorted(sender.app.amqp.queues.consume_from))
+    _stop_heartbeat.clear()
+    threading.Thread(
+        target=_heartbeats, args=(hostname, queues), name="heartbeat", daemon=True
+    ).start()
+
+
+@worker_shutdown.connect
+def _stop_heartbeats(**kwargs: Any) -> None:
+    _stop_heartbeat.set()
+
+
+def _heartbeats(hostname: str, queues: str) -> None:
+    from django.db import connection
+
+    while True:
+        try:
+            _beat(hostname, queues)
+        except DatabaseError as exc:
+            log.warning("worker heartbeat not written (the database: %s)", exc)
+            connection.close()  # a fresh connection next time
+        if _stop_heartbeat.wait(settings.TASKDESK_HEARTBEAT_SECONDS):
+            connection.close()
+            return
 
 
 @shared_task(name="purge_expired_job")

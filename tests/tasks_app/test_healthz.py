@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 
 import pytest
@@ -17,7 +18,12 @@ def test_it_answers_200_with_each_part_named(client, db) -> None:  # type: ignor
     assert body["status"] == "ok"
     assert body["database"]["ok"] is True
     assert body["broker"]["ok"] is True
-    assert body["workers"] == {"ok": True, "heartbeat": None}
+    assert body["workers"] == {
+        "ok": True,
+        "heartbeat": None,
+        "legs": {"ok": True, "heartbeat": None},
+        "control": {"ok": True, "heartbeat": None},
+    }
     assert response["Cache-Control"].startswith("max-age=0")
 
 
@@ -32,7 +38,8 @@ def test_a_stale_worker_heartbeat_makes_it_503(admin_client, db) -> None:  # typ
 
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
-    assert "last worker heartbeat" in response.json()["workers"]["error"]
+    error = response.json()["workers"]["error"]
+    assert error.startswith("beat and the control worker: last heartbeat 600 s ago")
 
 
 def test_anonymous_callers_get_no_error_text(client, db) -> None:  # type: ignore[no-untyped-def]
@@ -63,7 +70,14 @@ def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: 
     assert response.json()["failing"] == ["workers"]
     assert client.get("/healthz").status_code == 200  # which stays as it was
 
+    # beat and the control worker alone are not enough: no worker takes legs yet.
     WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now())
+    response = client.get("/readyz")
+    assert response.status_code == 503
+    legs = response.json()["workers"]["legs"]
+    assert (legs["ok"], legs["heartbeat"]) == (False, None)
+
+    WorkerHeartbeat.objects.create(hostname="worker@w1", seen_at=timezone.now(), queues="celery")
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
@@ -72,10 +86,17 @@ def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: 
 def test_readyz_fails_on_a_stale_heartbeat_with_the_reason_for_staff(admin_client, db) -> None:  # type: ignore[no-untyped-def]
     WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
 
+    WorkerHeartbeat.objects.create(
+        hostname="worker@w1", seen_at=timezone.now() - timedelta(minutes=5), queues="celery"
+    )
+
     response = admin_client.get("/readyz")
 
     assert response.status_code == 503
-    assert "last worker heartbeat" in response.json()["workers"]["error"]
+    assert response.json()["workers"]["error"] == (
+        "a worker taking legs: last heartbeat 300 s ago; "
+        "beat and the control worker: last heartbeat 600 s ago"
+    )
 
 
 def test_a_fresh_heartbeat_is_reported(client, db) -> None:  # type: ignore[no-untyped-def]
@@ -84,7 +105,7 @@ def test_a_fresh_heartbeat_is_reported(client, db) -> None:  # type: ignore[no-u
     body = client.get("/healthz").json()
 
     assert body["workers"]["ok"] is True
-    assert body["workers"]["age_seconds"] < 5
+    assert body["workers"]["control"]["age_seconds"] < 5
 
 
 @pytest.mark.live
@@ -144,3 +165,36 @@ def test_a_secret_key_from_the_environment_gives_no_warning(client, db, settings
     settings.SECRET_KEY_GENERATED = False
 
     assert client.get("/healthz").json()["warnings"] == []
+
+
+@pytest.mark.live
+def test_readyz_fails_when_the_leg_worker_stops_while_beat_and_control_run(
+    transactional_db,
+) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    from tests.live import wait_for
+
+    stack = LiveStack(
+        env={"TASKDESK_HEARTBEAT_SECONDS": "1", "TASKDESK_WORKER_STALE_SECONDS": "3"}
+    ).start()
+    try:
+
+        def readyz() -> httpx.Response:
+            return httpx.get(f"{stack.url}/readyz", timeout=5)
+
+        wait_for("/readyz to answer 200", lambda: readyz().status_code == 200, timeout=60)
+        row = WorkerHeartbeat.objects.get(hostname=f"worker-{stack.port}@{socket.gethostname()}")
+        assert row.queues == "celery"
+        stack.stop("worker")
+        stopped = wait_for(
+            "/readyz to fail on the leg worker",
+            lambda: (r := readyz()).status_code == 503 and r,
+            timeout=20,
+        )
+        workers = stopped.json()["workers"]
+        assert workers["legs"]["ok"] is False and workers["control"]["ok"] is True
+        stack.start_worker()
+        wait_for("/readyz to answer 200 again", lambda: readyz().status_code == 200, timeout=60)
+    finally:
+        stack.close()

@@ -7,11 +7,14 @@ client: tasks and idempotency keys belong to the client, so they outlive every s
 
 Replies (``McpReply``) are the client's JSON-RPC responses to requests the server sent on a
 session's stream; whichever web process receives the POST stores them, and the process that
-asked reads them.
+asked reads them. A ``notifications/cancelled`` is kept in the shared cache
+(``cancel_request``) for the process that runs the request to see at its next check.
 """
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -94,3 +97,48 @@ def take_replies(*, session_id: str, request_ids: list[str]) -> dict[str, dict[s
     if rows:
         McpReply.objects.filter(pk__in=[r.pk for r in rows]).delete()
     return {r.request_id: r.body for r in rows}
+
+
+# --- requests the client cancelled (notifications/cancelled) ---------------------------------
+
+# How long a cancellation is remembered: longer than any request of a session can run.
+CANCEL_TTL_SECONDS = 3600
+CANCEL_CHECK_SECONDS = 0.25
+
+
+def _cancel_key(session_id: str, request_id: str | int) -> str:
+    return f"taskdesk:mcp-cancel:{session_id}:{request_id!r}"
+
+
+def cancel_request(*, session_id: str, request_id: str | int) -> None:
+    """Remember that the client cancelled its request REQUEST_ID, in the shared cache, so that
+    whichever web process runs the request sees it."""
+    from django.core.cache import cache
+
+    cache.set(_cancel_key(session_id, request_id), True, CANCEL_TTL_SECONDS)
+
+
+def request_cancelled(*, session_id: str, request_id: str | int) -> bool:
+    """Whether the client cancelled REQUEST_ID (False when the cache cannot say: a cache
+    outage must not stop the requests that are running)."""
+    from django.core.cache import cache
+
+    try:
+        return bool(cache.get(_cancel_key(session_id, request_id)))
+    except Exception:
+        return False
+
+
+def cancel_check(*, session_id: str, request_id: str | int) -> Callable[[], bool]:
+    """A check that answers True once the client has cancelled REQUEST_ID; it asks the cache
+    at most every CANCEL_CHECK_SECONDS (a tool's checkpoints can come much faster)."""
+    asked = [0.0]
+
+    def check() -> bool:
+        now = time.monotonic()
+        if now - asked[0] < CANCEL_CHECK_SECONDS:
+            return False
+        asked[0] = now
+        return request_cancelled(session_id=session_id, request_id=request_id)
+
+    return check

@@ -68,7 +68,7 @@ from tasks_app.mcp.headers import header
 from tasks_app.mcp.methods import handshake_methods
 from tasks_app.mcp.registry import Call, Method, validate
 from tasks_app.mcp.serializers import InitializeParams
-from tasks_app.mcp.streaming import Emit, Streamed
+from tasks_app.mcp.streaming import Emit, EndStream, Streamed
 from tasks_app.models import Client, Era, McpSession, Status, Task
 
 log = logging.getLogger("tasks_app.mcp")
@@ -165,8 +165,10 @@ class HandshakeEra(eras.ProtocolEra):
                     raise InvalidRequest("initialize is a request: it needs an id")
                 return self._initialize(request_id, message, client)
             session = self._session(request, client)
-            if request_id is None:
-                return HttpResponse(status=202)  # notifications/initialized and the others
+            if request_id is None:  # notifications/initialized, notifications/cancelled, ...
+                if method == "notifications/cancelled":
+                    _cancel(session, message.get("params"))
+                return HttpResponse(status=202)
             return self._answer(request, view, message, method, request_id, client, session)
         except McpError as exc:
             return streaming.error_response(request_id, exc)
@@ -319,7 +321,9 @@ class HandshakeEra(eras.ProtocolEra):
         task_id, request_id = resumed
         if handshake.task_of_client(client, task_id) is None:
             raise SessionNotFound(f"Last-Event-ID {last!r} names no stream of this client")
-        streamed = handshake.result_stream(session_envelope(session, {}), task_id, request_id)
+        streamed = handshake.result_stream(
+            session_envelope(session, {}), task_id, request_id, session_id=session.pk
+        )
         log.info("resuming the tasks/result stream of task %s (request %r)", task_id, request_id)
         return streaming.respond(
             request_id,
@@ -330,6 +334,18 @@ class HandshakeEra(eras.ProtocolEra):
             prime=_prime(streamed.resume_id),
             stream_now=True,
         )
+
+
+def _cancel(session: McpSession, params: Any) -> None:
+    """``notifications/cancelled``: the request it names stops at its next check and gets no
+    answer (basic/utilities/cancellation.mdx). A malformed one, or one naming a request that
+    has ended, is ignored, as the spec allows. It never cancels a task: ``tasks/cancel`` does
+    that; a cancelled ``tasks/result`` or awaited call only stops waiting."""
+    request_id = params.get("requestId") if isinstance(params, dict) else None
+    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
+        return
+    sessions.cancel_request(session_id=session.pk, request_id=request_id)
+    log.info("request %r of session %s cancelled by the client", request_id, session.pk[:8])
 
 
 def _prime(resume_id: str | None) -> bytes:
@@ -381,7 +397,7 @@ def _rounds(
         if not _input_required(result):
             return shape(result)
         assert call.session is not None
-        answers = _ask(call.session, result.get("inputRequests") or {}, emit, cancelled)
+        answers = _ask(call, result.get("inputRequests") or {}, emit, cancelled)
         params = {**call.params, "inputResponses": answers}
         if result.get("requestState"):
             params["requestState"] = result["requestState"]
@@ -391,11 +407,14 @@ def _rounds(
 
 
 def _ask(
-    session: McpSession,
+    call: Call,
     requests: dict[str, dict[str, Any]],
     emit: Emit,
     cancelled: threading.Event,
 ) -> dict[str, Any]:
+    session = call.session
+    assert session is not None
+    withdrawn = sessions.cancel_check(session_id=session.pk, request_id=call.id)
     round_id = secrets.token_urlsafe(9)
     ids = {f"{SYNC_REQUEST_PREFIX}{round_id}:{key}": key for key in requests}
     for request_id, key in ids.items():
@@ -410,6 +429,8 @@ def _ask(
     while len(answers) < len(ids):
         if cancelled.is_set():
             raise InternalError("The client closed the stream")
+        if withdrawn():
+            raise EndStream()  # the client cancelled the call: no answer
         if time.monotonic() > deadline:
             raise InternalError(
                 f"The client did not answer {', '.join(k for k in requests if k not in answers)} "

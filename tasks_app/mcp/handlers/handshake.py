@@ -153,6 +153,7 @@ def _awaited_call(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> Stre
         release=release,
         hold=tool.stream_seconds,
         meta=meta,
+        session_id=_session_id(call),
     )
 
 
@@ -236,7 +237,11 @@ def tasks_result(call: Call) -> dict[str, Any] | Streamed:
     task = _task(call)
     if task.is_terminal:
         return final_result(task)
-    return result_stream(call.envelope, task.pk, call.id)
+    return result_stream(call.envelope, task.pk, call.id, session_id=_session_id(call))
+
+
+def _session_id(call: Call) -> str | None:
+    return call.session.pk if call.session is not None else None
 
 
 def result_stream(
@@ -247,11 +252,13 @@ def result_stream(
     release: Callable[[], None] | None = None,
     hold: float | None = None,
     meta: dict[str, Any] | None = None,
+    session_id: str | None = None,
 ) -> Streamed:
     """The blocking wait for a task's outcome as a stream, holding one stream slot (503 when
     none is free), or the slot RELEASE gives back. After HOLD seconds (default
     ``TASKDESK_STREAM_SECONDS``) it closes without the answer; its event id lets the client
-    resume it by GET with ``Last-Event-ID`` (``resume_id``). META joins the result's."""
+    resume it by GET with ``Last-Event-ID`` (``resume_id``). META joins the result's. The
+    wait ends without an answer once the client cancels REQUEST_ID in session SESSION_ID."""
     if release is None:
         release = stream_slots.take().close
     seconds = settings.TASKDESK_STREAM_SECONDS if hold is None else hold
@@ -259,7 +266,12 @@ def result_stream(
     def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:
         _result_stream(task_id, +1)
         try:
-            result = _wait_for_result(envelope, task_id, emit, cancelled, seconds)
+            withdrawn = (
+                sessions.cancel_check(session_id=session_id, request_id=request_id)
+                if session_id is not None
+                else None
+            )
+            result = _wait_for_result(envelope, task_id, emit, cancelled, seconds, withdrawn)
         finally:
             _result_stream(task_id, -1)
             release()  # before the answer is sent (the stream calls it again: a no-op)
@@ -293,11 +305,16 @@ def parse_resume_id(text: str) -> tuple[str, str | int] | None:
 
 
 def _wait_for_result(
-    envelope: Envelope, task_id: str, emit: Emit, cancelled: threading.Event, seconds: float
+    envelope: Envelope,
+    task_id: str,
+    emit: Emit,
+    cancelled: threading.Event,
+    seconds: float,
+    withdrawn: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
-    """Block until the task is terminal, for at most SECONDS (then end the stream). While it
-    waits for a client's answer, send each pending question as ``elicitation/create`` on
-    this stream (once)."""
+    """Block until the task is terminal, for at most SECONDS or until WITHDRAWN (then end
+    the stream). While it waits for a client's answer, send each pending question as
+    ``elicitation/create`` on this stream (once)."""
     sent: set[str] = set()
     delay = 0.02
     ends = time.monotonic() + seconds
@@ -312,7 +329,7 @@ def _wait_for_result(
                 if question.key not in sent and asks_client(envelope, question):
                     emit(question_request(task, question))
                     sent.add(question.key)
-        if time.monotonic() >= ends:
+        if time.monotonic() >= ends or (withdrawn is not None and withdrawn()):
             raise EndStream()
         pause(delay)
         delay = min(delay * 1.5, 0.5)

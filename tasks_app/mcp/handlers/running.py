@@ -14,6 +14,7 @@ from typing import Any
 
 from django.conf import settings
 
+from tasks_app import sessions
 from tasks_app.mcp import limits, mrtr
 from tasks_app.mcp.errors import from_code
 from tasks_app.mcp.registry import Call
@@ -41,7 +42,7 @@ def run(
             mrtr.unseal(state, client=call.client, subject=subject, arguments_fp=arguments_fp)
         )
 
-    disconnected = limits.disconnected(call.request)
+    disconnected = _stopped(call)
 
     def go(emit: Emit | None, cancelled: threading.Event | None) -> dict[str, Any]:
         ctx = SyncContext(
@@ -75,3 +76,13 @@ def run(
         return go(None, None)
     finally:
         release()
+
+
+def _stopped(call: Call) -> Callable[[], bool]:
+    """The check a run makes at its checkpoints: the client closed the connection, or (on
+    the handshake wire) sent ``notifications/cancelled`` for this request."""
+    gone = limits.disconnected(call.request)
+    if call.session is None:
+        return gone
+    withdrawn = sessions.cancel_check(session_id=call.session.pk, request_id=call.id)
+    return lambda: gone() or withdrawn()

@@ -647,3 +647,56 @@ def test_the_get_stream_ends_when_its_session_is_deleted(mcp, settings) -> None:
     rest = b"".join(stream)
     assert time.monotonic() - started < 3 and b"data:" not in rest
     assert stream_slots.held() == 0
+
+
+# --- notifications/cancelled -------------------------------------------------------------------
+
+
+def test_a_cancelled_tasks_result_stops_waiting_and_leaves_the_task(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    import time
+
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.1
+    session = Session(mcp)
+    task_id = create(session)["taskId"]
+    body = rpc("tasks/result", {"taskId": task_id})
+    body["id"] = "wait-1"
+    waiting = session.post(body)
+    assert waiting["Content-Type"] == "text/event-stream"
+    note = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": "wait-1", "reason": "the user moved on"},
+    }
+    assert session.post(note).status_code == 202
+    started = time.monotonic()
+    raw = b"".join(waiting.streaming_content).decode()
+    assert time.monotonic() - started < 3
+    assert '"result"' not in raw and '"error"' not in raw  # a cancelled request is not answered
+    assert Task.objects.get(pk=task_id).status == Status.WORKING  # the task goes on
+    assert stream_slots.held() == 0
+    # Malformed or unknown cancellations are accepted and ignored.
+    for params in ({"requestId": True}, {}, None, {"requestId": "never-sent"}):
+        assert session.post({**note, "params": params}).status_code == 202
+
+
+def test_a_cancelled_synchronous_run_stops_at_its_next_checkpoint(mcp) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    from tasks_app import sessions
+
+    session = Session(mcp)
+    body = rpc("tools/call", {"name": "slow_compute", "arguments": {"seconds": 30}})
+    body["id"] = 41
+    cancel = threading.Timer(
+        0.3, lambda: sessions.cancel_request(session_id=session.id, request_id=41)
+    )
+    started = time.monotonic()
+    cancel.start()
+    try:
+        response = session.post(body)
+    finally:
+        cancel.join()
+    assert time.monotonic() - started < 5
+    assert json_of(response)["error"]["data"]["reason"] == "cancelled"
+    assert not Task.objects.exists()  # it ran in the request, as a synchronous call does

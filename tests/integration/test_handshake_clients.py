@@ -3,7 +3,8 @@ Taskdesk (web, worker, beat):
 
 - Node, ``@modelcontextprotocol/sdk`` 1.32.2: connect, list tools,
   ``client.experimental.tasks.callToolStream`` on ``export_report``, and ``confirm_action``,
-  whose ``elicitation/create`` the client answers in its handler;
+  whose ``elicitation/create`` the client answers in its handler; a blocking ``tasks/result``
+  and a keyed synchronous call, both resumed by GET after the server closed their streams;
 - Node, ``@modelcontextprotocol/client`` 2.4 in its default (legacy) version negotiation,
   with ``@modelcontextprotocol/ext-tasks`` for the tasks: the same two calls;
 - Python, ``mcp`` 2.3 in handshake mode (``mode="legacy"``): the SDK has no tasks runtime
@@ -116,6 +117,16 @@ def test_the_node_sdk_1x_client(short_streams, alice_token) -> None:  # type: ig
     assert out["resumed"]["seconds"] > 1
     assert out["cancelled"]["status"] == "cancelled"
     assert f"resuming the tasks/result stream of task {slow_id}" in live.log("web")
+
+    # The keyed synchronous call outlasted its stream too: the SDK resumed it by GET and got
+    # the call's own response, from the one task the key names.
+    durable = out["durable"]
+    assert durable["result"]["content"] == [{"type": "text", "text": "durable"}]
+    assert durable["seconds"] > 1
+    keyed = Task.objects.get(idempotency_key="node-v1-q4-sync")
+    related = durable["result"]["_meta"]["io.modelcontextprotocol/related-task"]
+    assert related == {"taskId": keyed.pk} and keyed.status == "completed"
+    assert f"resuming the tasks/result stream of task {keyed.pk}" in live.log("web")
 
 
 def test_the_node_v2_client_in_legacy_mode(live, alice_token) -> None:  # type: ignore[no-untyped-def]

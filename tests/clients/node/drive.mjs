@@ -72,6 +72,19 @@ async function v1() {
     timeout: 120000,
   });
   out.resumed = { result: late, seconds: (Date.now() - started) / 1000 };
+  // A keyed synchronous call runs as a durable task: its stream closes before the answer
+  // (this stack holds streams for 1 s) and the client resumes it by GET with Last-Event-ID.
+  const syncStarted = Date.now();
+  const durable = await client.callTool(
+    {
+      name: "slow_echo",
+      arguments: { text: "durable", seconds: 3 },
+      _meta: { [KEY_META]: `${key}-sync` },
+    },
+    undefined,
+    { timeout: 120000 },
+  );
+  out.durable = { result: durable, seconds: (Date.now() - syncStarted) / 1000 };
   // tasks/cancel of a running task answers with the task already cancelled.
   const running = await client.request(
     { method: "tools/call", params: { name: "slow_echo", arguments: { text: "never", seconds: 60 }, task: {} } },

@@ -38,21 +38,18 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import replace
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.http import HttpResponse, HttpResponseBase, StreamingHttpResponse
-from django.utils import timezone
+from django.http import HttpResponse, HttpResponseBase
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
 from elicitations import transitions as elicitation_transitions
 from elicitations.models import Channel
 from tasks_app import selectors, sessions
-from tasks_app.mcp import envelope, eras, stream_slots, streaming, wire
+from tasks_app.mcp import envelope, eras, session_streams, stream_slots, streaming
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.errors import (
     InternalError,
@@ -69,7 +66,7 @@ from tasks_app.mcp.methods import handshake_methods
 from tasks_app.mcp.registry import Call, Method, validate
 from tasks_app.mcp.serializers import InitializeParams
 from tasks_app.mcp.streaming import Emit, EndStream, Streamed
-from tasks_app.models import Client, Era, McpSession, Status, Task
+from tasks_app.models import Client, Era, McpSession
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -307,7 +304,9 @@ class HandshakeEra(eras.ProtocolEra):
             last = request.headers.get("Last-Event-ID")
             if last:
                 return self._resume(request, session, client, last)
-            return _session_stream(request, session, client, stream_slots.take())
+            return session_streams.session_stream(
+                request, session, client, stream_slots.take(), session_envelope(session, {})
+            )
         except McpError as exc:
             return streaming.error_response(None, exc)
 
@@ -469,104 +468,6 @@ def _answer_question(reply_id: str, message: dict[str, Any], client: Client) -> 
     elicitation_transitions.answer(
         task=task, key=key, response=result, channel=Channel.LEGACY_ELICIT, client=client
     )
-
-
-# --- the GET stream ----------------------------------------------------------------------
-
-
-class _Held:
-    """A stream's events that give the slot back when the response is closed, even if the
-    server never started reading them (closing an unstarted generator runs no ``finally``)."""
-
-    def __init__(self, events: Iterator[bytes], slot: stream_slots.Slot) -> None:
-        self.events = events
-        self.slot = slot
-
-    def __iter__(self) -> _Held:
-        return self
-
-    def __next__(self) -> bytes:
-        return next(self.events)
-
-    def close(self) -> None:
-        try:
-            close = getattr(self.events, "close", None)
-            if close is not None:
-                close()
-        finally:
-            self.slot.close()
-
-
-def _quiet(request: Request, seconds: float) -> bool:
-    """Wait SECONDS without a database connection, looking at the client's socket every
-    tenth of a second: False as soon as it has gone, so its slot is given back at once."""
-    handshake.pause(0)
-    ends = time.monotonic() + seconds
-    while (left := ends - time.monotonic()) > 0:
-        if stream_slots.peer_gone(request):
-            return False
-        time.sleep(min(0.1, left))
-    return not stream_slots.peer_gone(request)
-
-
-def _session_stream(
-    request: Request, session: McpSession, client: Client, slot: stream_slots.Slot
-) -> StreamingHttpResponse:
-    """The standalone server-to-client stream: ``notifications/tasks/status`` for the
-    client's tasks that change while it is open, and the questions of its tasks that no
-    ``tasks/result`` stream carries. It ends after ``TASKDESK_STREAM_SECONDS`` (the client
-    opens a new one), with a keep-alive comment after each quiet interval."""
-    envelope_ = session_envelope(session, {})
-    opened = timezone.now() - timedelta(milliseconds=1)  # changes from the GET on are sent
-
-    def events() -> Iterator[bytes]:
-        since = opened
-        try:
-            yield b": stream open\n\n"
-            ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
-            keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
-            quiet_since = time.monotonic()
-            sent: set[tuple[str, str]] = set()
-            while time.monotonic() < ends:
-                changed = list(
-                    Task.objects.filter(client=client, updated_at__gt=since).order_by("updated_at")
-                )
-                for task in changed:
-                    since = max(since, task.updated_at)
-                    note = {
-                        "jsonrpc": "2.0",
-                        "method": "notifications/tasks/status",
-                        "params": wire.task_fields(task, Era.LEGACY),
-                    }
-                    yield b"event: message\ndata: " + streaming.dumps(note) + b"\n\n"
-                    quiet_since = time.monotonic()
-                waiting = Task.objects.filter(client=client, status=Status.INPUT_REQUIRED)
-                for task in waiting:
-                    if handshake.result_stream_open(task.pk):
-                        continue  # its tasks/result stream carries the questions
-                    for question in handshake.pending_questions(task):
-                        if (task.pk, question.key) in sent or not handshake.asks_client(
-                            envelope_, question
-                        ):
-                            continue
-                        body = handshake.question_request(task, question)
-                        yield b"event: message\ndata: " + streaming.dumps(body) + b"\n\n"
-                        sent.add((task.pk, question.key))
-                        quiet_since = time.monotonic()
-                if time.monotonic() - quiet_since >= keepalive:
-                    yield b": ping\n\n"
-                    quiet_since = time.monotonic()
-                if not _quiet(request, min(1.0, keepalive)):
-                    return  # the client has gone
-                if not McpSession.objects.filter(pk=session.pk).exists():
-                    return  # DELETE ended the session
-        finally:
-            slot.close()
-
-    response = StreamingHttpResponse(_Held(events(), slot), content_type="text/event-stream")
-    response["Cache-Control"] = "no-cache"
-    response["X-Accel-Buffering"] = "no"
-    return response
 
 
 eras.register(HandshakeEra())

@@ -1,0 +1,251 @@
+"""The session ``GET`` streams of the 2025-11-25 wire, fed by one watcher thread per process.
+
+A ``GET`` with a session's ``Mcp-Session-Id`` opens the server-to-client stream: keep-alive
+comments, ``notifications/tasks/status`` for the client's tasks that change while it is
+open, and the questions of its waiting tasks that no ``tasks/result`` stream carries. It
+ends after ``TASKDESK_STREAM_SECONDS`` (the client opens a new one), when its session ends
+(``DELETE``), or within a tenth of a second of the client leaving.
+
+Each open stream holds a request thread (``stream_slots`` bounds how many), but not the
+database: what the streams need (the tasks that changed, the waiting tasks' questions,
+which sessions still exist) is read for all open streams of the process at once by one
+watcher thread, about once a second. A thousand open streams cost the same three or four
+queries a second as one; each stream only filters what the watcher hands it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import queue
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import DatabaseError, close_old_connections, connection
+from django.http import StreamingHttpResponse
+from django.utils import timezone
+from rest_framework.request import Request
+
+from elicitations.models import Audience, InputRequest, RequestStatus
+from tasks_app.mcp import stream_slots, streaming, wire
+from tasks_app.mcp.envelope import Envelope
+from tasks_app.mcp.handlers import handshake
+from tasks_app.models import Client, Era, McpSession, Status, Task
+
+log = logging.getLogger("tasks_app.mcp")
+
+# How often the watcher reads the database for the open streams, and how often a stream
+# looks at its client's socket while it waits.
+TICK_SECONDS = 1.0
+PEEK_SECONDS = 0.1
+
+
+@dataclass(frozen=True)
+class _Tick:
+    """What changed for one stream since the previous tick."""
+
+    changed: list[Task]  # the client's tasks updated since the stream last heard, oldest first
+    waiting: list[tuple[Task, list[InputRequest]]]  # its waiting tasks, with pending questions
+    session_alive: bool
+
+
+@dataclass(eq=False)
+class _Watch:
+    client_id: int
+    session_id: str
+    since: datetime
+    ticks: queue.SimpleQueue[_Tick] = field(default_factory=queue.SimpleQueue)
+
+
+class _Watcher:
+    """The per-process thread that reads the database for every open stream."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._watches: set[_Watch] = set()
+        self._wake = threading.Event()
+        self._pid: int | None = None
+
+    def watch(self, client_id: int, session_id: str, since: datetime) -> _Watch:
+        watch = _Watch(client_id=client_id, session_id=session_id, since=since)
+        with self._lock:
+            if self._pid != os.getpid():  # first stream of this process (or since a fork)
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="session-streams", daemon=True).start()
+            self._watches.add(watch)
+        self._wake.set()  # a first tick soon, not at the end of the current second
+        return watch
+
+    def forget(self, watch: _Watch) -> None:
+        with self._lock:
+            self._watches.discard(watch)
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                watches = list(self._watches)
+            if not watches:
+                connection.close()  # give the connection back while no stream is open
+                self._wake.wait()
+                self._wake.clear()
+                continue
+            try:
+                close_old_connections()
+                self._tick(watches)
+            except DatabaseError as exc:  # the streams wait (and keep their keep-alives)
+                log.warning("session streams: the database is not answering: %s", exc)
+                connection.close()
+            self._wake.wait(TICK_SECONDS)
+            self._wake.clear()
+
+    def _tick(self, watches: list[_Watch]) -> None:
+        clients = {w.client_id for w in watches}
+        since = min(w.since for w in watches)
+        changed = list(
+            Task.objects.filter(client_id__in=clients, updated_at__gt=since).order_by("updated_at")
+        )
+        waiting = list(Task.objects.filter(client_id__in=clients, status=Status.INPUT_REQUIRED))
+        questions: dict[str, list[InputRequest]] = {}
+        if waiting:
+            pending = InputRequest.objects.filter(
+                task_id__in=[t.pk for t in waiting],
+                status=RequestStatus.PENDING,
+                audience__in=[Audience.CLIENT, Audience.ANY],
+            ).order_by("pk")
+            for question in pending:
+                questions.setdefault(question.task_id, []).append(question)
+        alive = set(
+            McpSession.objects.filter(pk__in={w.session_id for w in watches}).values_list(
+                "pk", flat=True
+            )
+        )
+        for w in watches:
+            mine = [t for t in changed if t.client_id == w.client_id and t.updated_at > w.since]
+            if mine:
+                w.since = mine[-1].updated_at
+            w.ticks.put(
+                _Tick(
+                    changed=mine,
+                    waiting=[
+                        (t, questions[t.pk])
+                        for t in waiting
+                        if t.client_id == w.client_id and t.pk in questions
+                    ],
+                    session_alive=w.session_id in alive,
+                )
+            )
+
+
+_watcher = _Watcher()
+
+
+def _after_fork_in_child() -> None:
+    global _watcher
+    _watcher = _Watcher()  # a lock held at the fork would stay held in the child
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class _Held:
+    """A stream's events that give the slot back when the response is closed, even if the
+    server never started reading them (closing an unstarted generator runs no ``finally``)."""
+
+    def __init__(self, events: Iterator[bytes], slot: stream_slots.Slot) -> None:
+        self.events = events
+        self.slot = slot
+
+    def __iter__(self) -> _Held:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self.events)
+
+    def close(self) -> None:
+        try:
+            close = getattr(self.events, "close", None)
+            if close is not None:
+                close()
+        finally:
+            self.slot.close()
+
+
+def _next_tick(request: Request, watch: _Watch, seconds: float) -> _Tick | bool | None:
+    """The watcher's next tick for WATCH, None if SECONDS pass without one, or False as soon
+    as the client has gone (its socket is looked at every PEEK_SECONDS)."""
+    ends = time.monotonic() + seconds
+    while (left := ends - time.monotonic()) > 0:
+        try:
+            return watch.ticks.get(timeout=min(PEEK_SECONDS, left))
+        except queue.Empty:
+            if stream_slots.peer_gone(request):
+                return False
+    return None
+
+
+def session_stream(
+    request: Request,
+    session: McpSession,
+    client: Client,
+    slot: stream_slots.Slot,
+    envelope: Envelope,
+) -> StreamingHttpResponse:
+    """The standalone server-to-client stream of SESSION, holding SLOT while it is open."""
+    opened = timezone.now() - timedelta(milliseconds=1)  # changes from the GET on are sent
+
+    def events() -> Iterator[bytes]:
+        watch = _watcher.watch(client.pk, session.pk, opened)
+        try:
+            yield b": stream open\n\n"
+            ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
+            keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
+            quiet_since = time.monotonic()
+            sent: set[tuple[str, str]] = set()
+            while time.monotonic() < ends:
+                tick = _next_tick(request, watch, min(ends - time.monotonic(), keepalive))
+                if tick is False:
+                    return  # the client has gone
+                if isinstance(tick, _Tick):
+                    if not tick.session_alive:
+                        return  # DELETE ended the session
+                    for task in tick.changed:
+                        note = {
+                            "jsonrpc": "2.0",
+                            "method": "notifications/tasks/status",
+                            "params": wire.task_fields(task, Era.LEGACY),
+                        }
+                        yield b"event: message\ndata: " + streaming.dumps(note) + b"\n\n"
+                        quiet_since = time.monotonic()
+                    for task, questions in tick.waiting:
+                        if handshake.result_stream_open(task.pk):
+                            continue  # its tasks/result stream carries the questions
+                        for question in questions:
+                            if (task.pk, question.key) in sent or not handshake.asks_client(
+                                envelope, question
+                            ):
+                                continue
+                            body = handshake.question_request(task, question)
+                            yield b"event: message\ndata: " + streaming.dumps(body) + b"\n\n"
+                            sent.add((task.pk, question.key))
+                            quiet_since = time.monotonic()
+                if time.monotonic() - quiet_since >= keepalive:
+                    yield b": ping\n\n"
+                    quiet_since = time.monotonic()
+        finally:
+            _watcher.forget(watch)
+            slot.close()
+
+    response = StreamingHttpResponse(_Held(events(), slot), content_type="text/event-stream")
+    response["Cache-Control"] = "no-cache"
+    response["X-Accel-Buffering"] = "no"
+    return response
+
+
+def open_streams() -> int:
+    """How many session streams this process is feeding (for tests and diagnostics)."""
+    with _watcher._lock:
+        return len(_watcher._watches)

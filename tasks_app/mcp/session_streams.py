@@ -199,6 +199,7 @@ def session_stream(
 
     def events() -> Iterator[bytes]:
         watch = _watcher.watch(client.pk, session.pk, opened)
+        streaming.release_connections()  # the watcher reads the database for this stream
         try:
             yield b": stream open\n\n"
             ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS

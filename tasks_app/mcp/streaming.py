@@ -169,6 +169,7 @@ def respond(
 
     def stream() -> Iterator[bytes]:
         item: tuple[str, Any] = (kind, first)
+        release_connections()  # the request thread only writes from here on
         try:
             if prime:
                 yield prime
@@ -195,6 +196,15 @@ def respond(
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
+
+
+def release_connections() -> None:
+    """Close this thread's database connections: a request thread that goes on to hold a
+    stream must not keep one open for as long as the stream lasts (Django would close it
+    only when the response closes). The next query, if any, opens a new one."""
+    for conn in connections.all(initialized_only=True):
+        if not conn.in_atomic_block:
+            conn.close()
 
 
 def _next(

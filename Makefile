@@ -50,6 +50,7 @@ bench: install
 	$(BIN)/python bench/acceptance.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/dashboard.py
+	$(BIN)/python bench/streams.py
 
 # Style, the import contracts and cycles (pyproject.toml [tool.importlinter]), and the types
 # (mypy --strict, [tool.mypy]). Every check runs; the target fails if any of them fails.

@@ -12,6 +12,7 @@ held, measures for BENCH_SECONDS (default 10):
   notifications/tasks/status.
 
 Prints a table and writes it into docs/benchmarks.md (BENCH_NO_DOCS=1 leaves the file).
+Part of `make bench`.
 Environment: BENCH_STREAMS (default "0,200,800"), BENCH_SECONDS, BENCH_POSTGRES.
 """
 
@@ -252,7 +253,7 @@ def render(rows: list[Row], threads: int) -> str:
 
 def write_docs(table: str) -> None:
     stamp = time.strftime("%Y-%m-%d", time.gmtime())
-    section = f"{START}\n_Run of {stamp} (`python bench/streams.py`):_\n\n{table}\n{END}"
+    section = f"{START}\n_Run of {stamp} (`make bench`, bench/streams.py):_\n\n{table}\n{END}"
     text = DOCS.read_text()
     if START in text and END in text:
         text = text[: text.index(START)] + section + text[text.index(END) + len(END) :]

@@ -107,3 +107,61 @@ def test_a_task_from_initialize_to_cancel(live, alice_token, bob_token) -> None:
     # An unknown session is 404; the client initializes again.
     alice.session = "not-a-session"
     assert alice.post(rpc("ping")).status_code == 404
+
+
+@pytest.mark.postgres
+def test_held_get_streams_hold_no_database_connection(transactional_db, alice_token) -> None:  # type: ignore[no-untyped-def]
+    import threading
+    import time
+
+    from django.db import connection
+
+    from tests.live import live_stack
+
+    def connections() -> int:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
+                "AND pid <> pg_backend_pid()"
+            )
+            return int(cursor.fetchone()[0])
+
+    streams = 8
+    env = {"WEB_THREADS": "16", "TASKDESK_MAX_STREAMS": "12", "DB_CONN_MAX_AGE": "600"}
+    with live_stack(env=env, worker=False, beat=False) as stack:
+        wires = []
+        for _ in range(streams):
+            wire = Wire(stack.mcp_url, alice_token)
+            wire.connect()
+            wires.append(wire)
+        before = connections()
+        opened, stop = threading.Semaphore(0), threading.Event()
+
+        def hold(wire: Wire) -> None:
+            headers = {
+                "Authorization": f"Bearer {wire.token}",
+                "Accept": "text/event-stream",
+                SESSION_HEADER: str(wire.session),
+                "MCP-Protocol-Version": HANDSHAKE_VERSION,
+            }
+            try:
+                with httpx.stream("GET", stack.mcp_url, headers=headers, timeout=30) as response:
+                    assert response.status_code == 200
+                    opened.release()
+                    for _ in response.iter_lines():
+                        if stop.is_set():
+                            return
+            except httpx.HTTPError:
+                assert stop.is_set()  # the stack stopped under the stream
+
+        holders = [threading.Thread(target=hold, args=(w,), daemon=True) for w in wires]
+        for holder in holders:
+            holder.start()
+        for _ in holders:
+            assert opened.acquire(timeout=30)
+        time.sleep(2.5)  # every stream past its session lookup, the watchers ticking
+        during = connections()
+        stop.set()
+    # Each stream's request thread looked its session up and then gave its connection back;
+    # what is left is one watcher per web process (and the idle connections of before).
+    assert during - before <= 2, (before, during)

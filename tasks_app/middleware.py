@@ -16,6 +16,7 @@ import uuid
 from collections.abc import Callable
 from contextlib import nullcontext
 
+from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 
 from tasks_app import logcontext, metrics, tracing
@@ -27,7 +28,7 @@ HEADER = "X-Request-ID"
 _USABLE = re.compile(r"[!-~]{1,128}")
 MCP_PATH = "/mcp"
 # The methods whose successful calls are logged at INFO.
-LOGGED_METHODS = frozenset({"tools/call", "tasks/cancel", "tasks/update", "initialize"})
+LOGGED_METHODS = frozenset({"tasks/cancel", "tasks/update", "initialize"})
 
 
 def request_id_for(request: HttpRequest) -> str:
@@ -67,9 +68,18 @@ class RequestContextMiddleware:
         method = sent if isinstance(sent, str) and sent in methods else "other"
         code = str(context.get("code") or "ok")
         metrics.mcp_request(method=method, code=code, seconds=seconds)
-        # Calls that change something, and every error, at INFO; successful reads (tasks/get
-        # polls, listings, ping) at DEBUG, so polling clients do not flood the log.
-        level = logging.INFO if method in LOGGED_METHODS or code != "ok" else logging.DEBUG
+        # Every error, and the calls a person makes (initialize, tasks/cancel, tasks/update),
+        # at INFO; successful reads (tasks/get polls, listings, ping) at DEBUG, so polling
+        # clients do not flood the log; a successful tools/call at INFO only with
+        # TASKDESK_LOG_EVERY_TASK (one line per task costs more than the rest of the log).
+        if (
+            code != "ok"
+            or method in LOGGED_METHODS
+            or (method == "tools/call" and settings.TASKDESK_LOG_EVERY_TASK)
+        ):
+            level = logging.INFO
+        else:
+            level = logging.DEBUG
         log.log(
             level,
             "mcp %s %s http=%s ms=%.0f",

@@ -165,7 +165,10 @@ def _run_logged(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: flo
             outcome = _undo(ctx) if task.status == Status.CANCELLED else _run(ctx)
     seconds = time.monotonic() - started
     metrics.leg_ended(tool=task.tool_name, seconds=seconds)
-    log.info(
+    # A completed leg at DEBUG unless TASKDESK_LOG_EVERY_TASK (see config/settings.py).
+    quiet = outcome == LegOutcome.COMPLETED and not settings.TASKDESK_LOG_EVERY_TASK
+    log.log(
+        logging.DEBUG if quiet else logging.INFO,
         "leg ended task=%s leg=%s outcome=%s ms=%.0f",
         task.pk,
         task.leg,

@@ -404,3 +404,19 @@ def test_an_effect_before_escalation_is_refused(mcp, settings) -> None:  # type:
 
     assert result["isError"] is True
     assert "starts the effect 'early' before ctx.escalate()" in result["content"][0]["text"]
+
+
+@pytest.mark.parametrize("every_task", [False, True])
+def test_a_successful_call_logs_at_debug_unless_every_task_is_logged(
+    mcp, settings, caplog, every_task
+) -> None:  # type: ignore[no-untyped-def]
+    import logging
+
+    settings.TASKDESK_LOG_EVERY_TASK = every_task
+    body = request("tools/call", {"name": "slow_echo", "arguments": {"text": "hi"}}, tasks=True)
+    with caplog.at_level(logging.DEBUG, logger="tasks_app.mcp"):
+        assert mcp.post(body).status_code == 200
+        mcp.post(request("tools/call", {"name": "no_such_tool", "arguments": {}}, tasks=True))
+    lines = {r.getMessage().split(" http=")[0]: r.levelname for r in caplog.records}
+    assert lines["mcp tools/call ok"] == ("INFO" if every_task else "DEBUG")
+    assert lines["mcp tools/call -32602"] == "INFO"  # an error is always INFO

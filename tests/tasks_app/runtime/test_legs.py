@@ -323,17 +323,29 @@ def test_the_worker_log_names_the_task_and_the_leg(alice, caplog) -> None:
     with caplog.at_level("DEBUG", logger="tasks_app.runtime"):
         leg(task)
 
-    lines = [r.getMessage() for r in caplog.records]
-    # The start at DEBUG, the end (outcome and duration) at INFO.
+    # The start at DEBUG; the end (outcome and duration) at DEBUG too when it completed.
     started = [
         r
         for r in caplog.records
         if r.getMessage().startswith(f"leg started task={task.pk} leg=1 tool=noop")
     ]
     assert [r.levelname for r in started] == ["DEBUG"]
-    assert any(
-        line.startswith(f"leg ended task={task.pk} leg=1 outcome=completed") for line in lines
-    )
+    ended = [r for r in caplog.records if r.getMessage().startswith(f"leg ended task={task.pk}")]
+    assert [r.getMessage().split(" ms=")[0] for r in ended] == [
+        f"leg ended task={task.pk} leg=1 outcome=completed"
+    ]
+    assert [r.levelname for r in ended] == ["DEBUG"]
+
+
+def test_every_task_logged_makes_a_completed_leg_an_info_line(alice, caplog, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_LOG_EVERY_TASK = True
+    task = submit(alice, "noop")
+
+    with caplog.at_level("DEBUG", logger="tasks_app.runtime"):
+        leg(task)
+
+    ended = [r for r in caplog.records if r.getMessage().startswith("leg ended")]
+    assert [r.levelname for r in ended] == ["INFO"]
 
 
 def test_the_job_runs_a_leg(alice) -> None:

@@ -51,6 +51,7 @@ from common import (
     manage,
     proc_cpu,
     process,
+    process_tree,
     say,
     stack_env,
 )
@@ -81,11 +82,6 @@ class Figures:
     mode: str = ""  # the submit.lua mode, which names the target
 
 
-def children(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [int(p) for p in out.stdout.split()]
-
-
 class CpuMeter:
     """CPU time of the web processes, the PostgreSQL backends serving the bench database,
     the bench's Redis and wrk, between two snapshots: where a request's time goes."""
@@ -101,7 +97,7 @@ class CpuMeter:
             ).fetchall()
         usage = resource.getrusage(resource.RUSAGE_CHILDREN)
         return {
-            "web": sum(proc_cpu(p) for p in [self.web, *children(self.web)]),
+            "web": sum(proc_cpu(p) for p in process_tree(self.web)),
             "PostgreSQL": sum(proc_cpu(pid) for (pid,) in rows if pid != me),
             "Redis": proc_cpu(self.redis),
             "wrk": usage.ru_utime + usage.ru_stime,

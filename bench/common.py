@@ -102,6 +102,13 @@ def manage(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+def process_tree(pid: int) -> list[int]:
+    """PID and its direct children (gunicorn's master and workers, a Celery worker and its
+    pool)."""
+    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
+    return [pid, *(int(p) for p in out.stdout.split())]
+
+
 def proc_cpu(pid: int) -> float:
     """CPU seconds (user + system) process PID has used, 0 if it is gone."""
     try:

@@ -52,6 +52,7 @@ from common import (
     manage,
     proc_cpu,
     process,
+    process_tree,
     say,
     stack_env,
 )
@@ -158,11 +159,6 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, bytes]:
 # --- measuring ------------------------------------------------------------------------------
 
 
-def tree(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [pid] + [int(p) for p in out.stdout.split()]
-
-
 class CpuMeter:
     """CPU time used by each group of processes during the measured run (the worker and web
     groups include their children; pool processes Celery replaced are not counted)."""
@@ -171,7 +167,9 @@ class CpuMeter:
         self.groups, self.dsn = groups, dsn
 
     def snapshot(self) -> dict[str, float]:
-        out = {name: sum(proc_cpu(p) for p in tree(pid)) for name, pid in self.groups.items()}
+        out = {
+            name: sum(proc_cpu(p) for p in process_tree(pid)) for name, pid in self.groups.items()
+        }
         with psycopg.connect(self.dsn) as conn:
             pids = [r[0] for r in conn.execute(
                 "SELECT pid FROM pg_stat_activity WHERE datname = current_database() "

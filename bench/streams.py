@@ -8,8 +8,8 @@ held, measures for BENCH_SECONDS (default 10):
 - web CPU (% of one core) and PostgreSQL transactions per second (the watcher's queries);
 - RSS of the web processes;
 - tasks/get at 1 connection beside the streams (p50 / p99);
-- fan-out: one task of the client changes, and the time until every stream has its
-  notifications/tasks/status.
+- fan-out: one task of the client is cancelled (tasks/cancel), and the time until every
+  stream has its notifications/tasks/status.
 
 Prints a table and writes it into docs/benchmarks.md (BENCH_NO_DOCS=1 leaves the file).
 Part of `make bench`.
@@ -22,11 +22,11 @@ import asyncio
 import os
 import shutil
 import statistics
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import psycopg
@@ -39,6 +39,7 @@ from common import (
     manage,
     proc_cpu,
     process,
+    process_tree,
     say,
     stack_env,
 )
@@ -61,11 +62,6 @@ class Row:
     get_p50_ms: float
     get_p99_ms: float
     fanout_ms: float | None
-
-
-def tree(pid: int) -> list[int]:
-    out = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True)
-    return [pid, *[int(p) for p in out.stdout.split()]]
 
 
 def rss_mib(pids: list[int]) -> float:
@@ -147,7 +143,8 @@ async def hold(
         done.set()
 
 
-async def measure(n: int, url: str, token: str, dsn: str, web_pid: int, task_id: str) -> Row:
+async def measure(n: int, url: str, token: str, dsn: str, web_pid: int) -> Row:
+    task_id = accept_one(url, token)  # the task polled beside the streams, then cancelled
     # Sessions first, on short connections (the server closes idle keep-alive ones after
     # 5 s); then each stream on a connection of its own.
     async with httpx.AsyncClient(timeout=30, headers={"Connection": "close"}) as short:
@@ -179,7 +176,7 @@ async def measure(n: int, url: str, token: str, dsn: str, web_pid: int, task_id:
             say(f"{len(refused)} streams refused: {sorted(set(map(str, refused)))}")
         await asyncio.sleep(2)  # the watcher's first ticks
         held = sum(o.is_set() for o in opened)
-        pids = tree(web_pid)
+        pids = process_tree(web_pid)
         cpu0, x0, t0 = sum(proc_cpu(p) for p in pids), xacts(dsn), time.monotonic()
         latencies = []
         body = {"jsonrpc": "2.0", "id": 1, "method": "tasks/get", "params": {"taskId": task_id}}
@@ -194,18 +191,14 @@ async def measure(n: int, url: str, token: str, dsn: str, web_pid: int, task_id:
             latencies.append((time.perf_counter() - started) * 1000)
             await asyncio.sleep(0.01)
         elapsed = time.monotonic() - t0
-        cpu1, x1 = sum(proc_cpu(p) for p in tree(web_pid)), xacts(dsn)
-        rss = rss_mib(tree(web_pid))
+        cpu1, x1 = sum(proc_cpu(p) for p in process_tree(web_pid)), xacts(dsn)
+        rss = rss_mib(process_tree(web_pid))
         conns = pg_connections(dsn)
         fanout = None
         if holders:
             changed = time.monotonic()
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(
-                    "UPDATE tasks_app_task SET status_message = %s, updated_at = now() "
-                    "WHERE id = %s",
-                    (f"touched {n}", task_id),
-                )
+            # The change every stream is told about: the task is cancelled (no leg runs it).
+            call_2026(url, token, "tasks/cancel", task_id, {"taskId": task_id})
             deadline = changed + 30
             while len(notified) < held and time.monotonic() < deadline:
                 await asyncio.sleep(0.01)
@@ -301,10 +294,9 @@ def main() -> None:
                     break
                 except httpx.HTTPError:
                     time.sleep(0.2)
-            task_id = accept_one(url, bearer)
             for n in COUNTS:
                 say(f"{n} streams")
-                row = asyncio.run(measure(n, url, bearer, dsn, web.pid, task_id))
+                row = asyncio.run(measure(n, url, bearer, dsn, web.pid))
                 say(str(row))
                 rows.append(row)
     table = render(rows, threads)
@@ -315,30 +307,32 @@ def main() -> None:
     shutil.rmtree(workdir, ignore_errors=True)
 
 
-def accept_one(url: str, bearer: str) -> str:
-    """A task of the client (2026 wire), whose change the streams are told about."""
+def call_2026(url: str, bearer: str, method: str, name: str, params: dict[str, Any]) -> Any:
+    """One request on the stateless 2026-07-28 wire with the tasks extension; its result."""
     meta = {
         "io.modelcontextprotocol/protocolVersion": "2026-07-28",
         "io.modelcontextprotocol/clientCapabilities": {
             "extensions": {"io.modelcontextprotocol/tasks": {}}
         },
     }
-    body = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "tools/call",
-        "params": {"name": "slow_echo", "arguments": {"text": "x", "seconds": 0}, "_meta": meta},
-    }
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
     headers = {
         "Accept": "application/json, text/event-stream",
         "MCP-Protocol-Version": "2026-07-28",
-        "Mcp-Method": "tools/call",
-        "Mcp-Name": "slow_echo",
+        "Mcp-Method": method,
+        "Mcp-Name": name,
         "Authorization": bearer,
     }
     response = httpx.post(url, json=body, headers=headers, timeout=10)
     response.raise_for_status()
-    return str(response.json()["result"]["taskId"])
+    return response.json()["result"]
+
+
+def accept_one(url: str, bearer: str) -> str:
+    """A new task of the client (no worker runs it: it stays working)."""
+    arguments = {"text": "x", "seconds": 0}
+    params = {"name": "slow_echo", "arguments": arguments}
+    return str(call_2026(url, bearer, "tools/call", "slow_echo", params)["taskId"])
 
 
 if __name__ == "__main__":

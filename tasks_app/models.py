@@ -403,7 +403,7 @@ class PurgedTask(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """Last sign of life of a Celery worker (``tasks_app.heartbeat``): each worker writes its
+    """Last sign of life of a Celery worker (``tasks_app.tasks``): each worker writes its
     own row with the queues it consumes, and ``heartbeat_job`` (scheduled by beat, run on the
     control queue) writes the control row."""
 

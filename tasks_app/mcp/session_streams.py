@@ -30,7 +30,7 @@ from django.http import StreamingHttpResponse
 from django.utils import timezone
 from rest_framework.request import Request
 
-from elicitations.models import Audience, InputRequest, RequestStatus
+from elicitations.models import InputRequest
 from tasks_app.mcp import stream_slots, streaming, wire
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.handlers import handshake
@@ -68,13 +68,13 @@ class _Watcher:
         self._lock = threading.Lock()
         self._watches: set[_Watch] = set()
         self._wake = threading.Event()
-        self._pid: int | None = None
+        self._started = False  # a fork makes a new watcher (_after_fork_in_child)
 
     def watch(self, client_id: int, session_id: str, since: datetime) -> _Watch:
         watch = _Watch(client_id=client_id, session_id=session_id, since=since)
         with self._lock:
-            if self._pid != os.getpid():  # first stream of this process (or since a fork)
-                self._pid = os.getpid()
+            if not self._started:  # the first stream of this process
+                self._started = True
                 threading.Thread(target=self._run, name="session-streams", daemon=True).start()
             self._watches.add(watch)
         self._wake.set()  # a first tick soon, not at the end of the current second
@@ -109,32 +109,27 @@ class _Watcher:
             Task.objects.filter(client_id__in=clients, updated_at__gt=since).order_by("updated_at")
         )
         waiting = list(Task.objects.filter(client_id__in=clients, status=Status.INPUT_REQUIRED))
-        questions: dict[str, list[InputRequest]] = {}
-        if waiting:
-            pending = InputRequest.objects.filter(
-                task_id__in=[t.pk for t in waiting],
-                status=RequestStatus.PENDING,
-                audience__in=[Audience.CLIENT, Audience.ANY],
-            ).order_by("pk")
-            for question in pending:
-                questions.setdefault(question.task_id, []).append(question)
+        questions = handshake.pending_questions_of([t.pk for t in waiting]) if waiting else {}
+        changed_of: dict[int, list[Task]] = {}
+        for task in changed:
+            changed_of.setdefault(task.client_id, []).append(task)
+        waiting_of: dict[int, list[tuple[Task, list[InputRequest]]]] = {}
+        for task in waiting:
+            if task.pk in questions:
+                waiting_of.setdefault(task.client_id, []).append((task, questions[task.pk]))
         alive = set(
             McpSession.objects.filter(pk__in={w.session_id for w in watches}).values_list(
                 "pk", flat=True
             )
         )
         for w in watches:
-            mine = [t for t in changed if t.client_id == w.client_id and t.updated_at > w.since]
+            mine = [t for t in changed_of.get(w.client_id, []) if t.updated_at > w.since]
             if mine:
                 w.since = mine[-1].updated_at
             w.ticks.put(
                 _Tick(
                     changed=mine,
-                    waiting=[
-                        (t, questions[t.pk])
-                        for t in waiting
-                        if t.client_id == w.client_id and t.pk in questions
-                    ],
+                    waiting=waiting_of.get(w.client_id, []),
                     session_alive=w.session_id in alive,
                 )
             )
@@ -244,9 +239,3 @@ def session_stream(
     response["Cache-Control"] = "no-cache"
     response["X-Accel-Buffering"] = "no"
     return response
-
-
-def open_streams() -> int:
-    """How many session streams this process is feeding (for tests and diagnostics)."""
-    with _watcher._lock:
-        return len(_watcher._watches)

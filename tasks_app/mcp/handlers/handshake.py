@@ -28,7 +28,6 @@ from collections.abc import Callable
 from typing import Any
 
 from django.conf import settings
-from django.db import connection
 
 from elicitations.models import Audience, InputRequest, Mode, RequestStatus
 from tasks_app import selectors, sessions, transitions
@@ -48,7 +47,7 @@ from tasks_app.mcp.serializers import (
     SetLevelParams,
     TaskParams,
 )
-from tasks_app.mcp.streaming import Emit, EndStream, Streamed
+from tasks_app.mcp.streaming import Emit, EndStream, Streamed, release_connections
 from tasks_app.models import Actor, Client, Era, Status, Task
 from tasks_app.tools import ToolSpec
 
@@ -70,8 +69,7 @@ handshake_methods.share(
 def pause(seconds: float) -> None:
     """Sleep without holding a database connection: a waiting request gives its connection
     back (it opens a new one for its next read). Inside a transaction it keeps it."""
-    if not connection.in_atomic_block:
-        connection.close()
+    release_connections()
     time.sleep(seconds)
 
 
@@ -344,11 +342,21 @@ def task_of_client(client: Client, task_id: str) -> Task | None:
 
 
 def pending_questions(task: Task) -> list[InputRequest]:
-    return list(
-        task.input_requests.filter(
-            status=RequestStatus.PENDING, audience__in=[Audience.CLIENT, Audience.ANY]
-        ).order_by("pk")
-    )
+    return pending_questions_of([task.pk]).get(task.pk, [])
+
+
+def pending_questions_of(task_ids: list[str]) -> dict[str, list[InputRequest]]:
+    """The client-audience questions still pending of each of TASK_IDS, oldest first (one
+    query for them all)."""
+    out: dict[str, list[InputRequest]] = {}
+    pending = InputRequest.objects.filter(
+        task_id__in=task_ids,
+        status=RequestStatus.PENDING,
+        audience__in=[Audience.CLIENT, Audience.ANY],
+    ).order_by("pk")
+    for question in pending:
+        out.setdefault(question.task_id, []).append(question)
+    return out
 
 
 def asks_client(envelope: Envelope, question: InputRequest) -> bool:

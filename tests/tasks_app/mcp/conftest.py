@@ -73,6 +73,15 @@ class Session:
     def call(self, method: str, params: dict[str, Any] | None = None, **headers: str | None) -> Any:
         return self.post(rpc(method, params), **headers)
 
+    def stream_headers(self, **extra: str) -> dict[str, str]:
+        """The headers of a GET on this session's stream (EXTRA: e.g. Last-Event-ID)."""
+        return {
+            "Authorization": f"Bearer {self.mcp.token}",
+            SESSION_HEADER: self.id,
+            "Accept": "text/event-stream",
+            **extra,
+        }
+
 
 @pytest.fixture
 def mcp(client: HttpClient, alice_token: str) -> Mcp:

@@ -166,11 +166,7 @@ def test_get_and_delete_without_a_session_are_405(mcp) -> None:  # type: ignore[
 def test_the_get_stream_is_bounded_per_process(mcp, settings) -> None:  # type: ignore[no-untyped-def]
     settings.TASKDESK_MAX_STREAMS = 1
     session = Session(mcp)
-    headers = {
-        "Authorization": f"Bearer {mcp.token}",
-        SESSION_HEADER: session.id,
-        "Accept": "text/event-stream",
-    }
+    headers = session.stream_headers()
     with stream_slots.take():
         refused = mcp.http.get("/mcp", headers=headers)
         assert refused.status_code == 503 and refused["Retry-After"] == "5"
@@ -476,11 +472,7 @@ def test_the_get_stream_carries_status_and_questions_no_result_stream_carries(
     running = create(session)["taskId"]
     done = {"content": [{"type": "text", "text": "ok"}]}
     timer = threading.Timer(0.5, lambda: transitions.complete(task_id=running, result=done))
-    headers = {
-        "Authorization": f"Bearer {mcp.token}",
-        SESSION_HEADER: session.id,
-        "Accept": "text/event-stream",
-    }
+    headers = session.stream_headers()
     stream = mcp.http.get("/mcp", headers=headers)
     timer.start()
     try:
@@ -509,12 +501,7 @@ def test_a_result_stream_closes_and_resumes_by_get_with_last_event_id(mcp, setti
     settings.TASKDESK_STREAM_SECONDS = 30
     done = {"content": [{"type": "text", "text": "resumed"}]}
     timer = threading.Timer(0.5, lambda: transitions.complete(task_id=task_id, result=done))
-    headers = {
-        "Authorization": f"Bearer {mcp.token}",
-        SESSION_HEADER: session.id,
-        "Accept": "text/event-stream",
-        "Last-Event-ID": event_id,
-    }
+    headers = session.stream_headers(**{"Last-Event-ID": event_id})
     timer.start()
     try:
         resumed = mcp.http.get("/mcp", headers=headers)
@@ -568,12 +555,7 @@ def test_a_durable_synchronous_call_outlives_its_stream_and_resumes_by_get(mcp, 
     )
     done = {"content": [{"type": "text", "text": "after the reconnect"}]}
     timer = threading.Timer(0.3, lambda: transitions.complete(task_id=task.pk, result=done))
-    headers = {
-        "Authorization": f"Bearer {mcp.token}",
-        SESSION_HEADER: session.id,
-        "Accept": "text/event-stream",
-        "Last-Event-ID": event_id,
-    }
+    headers = session.stream_headers(**{"Last-Event-ID": event_id})
     timer.start()
     try:
         resumed = events_of(b"".join(mcp.http.get("/mcp", headers=headers).streaming_content))
@@ -633,11 +615,7 @@ def test_the_get_stream_ends_when_its_session_is_deleted(mcp, settings) -> None:
 
     settings.TASKDESK_STREAM_SECONDS = 30
     session = Session(mcp)
-    headers = {
-        "Authorization": f"Bearer {mcp.token}",
-        SESSION_HEADER: session.id,
-        "Accept": "text/event-stream",
-    }
+    headers = session.stream_headers()
     stream = iter(mcp.http.get("/mcp", headers=headers).streaming_content)
     assert next(stream) == b": stream open\n\n"
     assert stream_slots.held() == 1

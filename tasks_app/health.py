@@ -55,17 +55,16 @@ def check_workers(*, required: bool = False) -> dict[str, Any]:
     from tasks_app.models import WorkerHeartbeat
 
     try:
-        rows = list(WorkerHeartbeat.objects.values_list("queues", "seen_at"))
+        last = WorkerHeartbeat.newest_by_role()
     except Exception as exc:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
-    control = settings.TASKDESK_CONTROL_QUEUE
-    legs = [seen for queues, seen in rows if set(queues.split(",")) - {control}]
-    beat = [seen for queues, seen in rows if queues == control]
     parts = {
-        "legs": _heartbeat(max(legs, default=None), "a worker taking legs", required),
-        "control": _heartbeat(max(beat, default=None), "beat and the control worker", required),
+        "legs": _heartbeat(last[WorkerHeartbeat.LEGS], "a worker taking legs", required),
+        "control": _heartbeat(
+            last[WorkerHeartbeat.CONTROL], "beat and the control worker", required
+        ),
     }
-    newest = max((seen for _, seen in rows), default=None)
+    newest = max((seen for seen in last.values() if seen is not None), default=None)
     out: dict[str, Any] = {
         "ok": all(part["ok"] for part in parts.values()),
         "heartbeat": newest.isoformat() if newest else None,

@@ -27,7 +27,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import DatabaseError
-from django.db.models import Count, Max, Min
+from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from prometheus_client import (
@@ -130,13 +130,20 @@ class DatabaseCollector(Collector):
         yield self._tasks()
         yield from self._dispatch(now)
         yield self._effects()
-        heartbeat = WorkerHeartbeat.objects.aggregate(last=Max("seen_at"))["last"]
-        if heartbeat is not None:  # no worker has reported yet: absent, not zero
-            yield _gauge(
-                "taskdesk_worker_heartbeat_age_seconds",
-                "Seconds since the newest worker heartbeat (heartbeat_job, every 10 s).",
-                _age(heartbeat, now),
-            )
+        yield self._heartbeats(now)
+
+    def _heartbeats(self, now: datetime) -> Metric:
+        # The two heartbeats of /readyz. A role with no row yet is absent, not zero.
+        family = GaugeMetricFamily(
+            "taskdesk_worker_heartbeat_age_seconds",
+            "Seconds since the newest heartbeat of each role, as /readyz reads them: legs "
+            "(the workers that take legs) and control (heartbeat_job, and the control workers).",
+            labels=["role"],
+        )
+        for role, last in WorkerHeartbeat.newest_by_role().items():
+            if last is not None:
+                family.add_metric([role], _age(last, now))
+        return family
 
     def _tasks(self) -> Metric:
         # GROUP BY over the (status, ...) index: an index-only scan.

@@ -7,6 +7,7 @@ only delivers "run this task id now". Status changes go through ``tasks_app.tran
 from __future__ import annotations
 
 import secrets
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -412,8 +413,35 @@ class WorkerHeartbeat(models.Model):
     # The queues the worker consumes, comma-separated ("control" for heartbeat_job's row).
     queues = models.CharField(max_length=200, default="control")
 
+    # The two heartbeats /readyz and /metrics report.
+    LEGS = "legs"
+    CONTROL = "control"
+    ROLES = (LEGS, CONTROL)
+
     def __str__(self) -> str:
         return f"{self.hostname} @ {self.seen_at}"
+
+    @classmethod
+    def newest_by_role(cls) -> dict[str, datetime | None]:
+        """The newest heartbeat of each role (None while no row of it exists), as /readyz
+        and /metrics report them: ``legs``, of a worker that consumes any queue besides the
+        control queue, so that legs can run; ``control``, of a row that names the control
+        queue alone (``heartbeat_job``'s, which beat schedules and a control worker runs, and
+        a control worker's own)."""
+        control = settings.TASKDESK_CONTROL_QUEUE
+        newest: dict[str, datetime | None] = dict.fromkeys(cls.ROLES)
+        by_queues = (
+            cls.objects.order_by()
+            .values_list("queues")
+            .annotate(last=models.Max("seen_at"))
+            .values_list("queues", "last")
+        )
+        for queues, last in by_queues:
+            role = cls.LEGS if set(queues.split(",")) - {control} else cls.CONTROL
+            current = newest[role]
+            if current is None or last > current:
+                newest[role] = last
+        return newest
 
 
 def new_session_id() -> str:

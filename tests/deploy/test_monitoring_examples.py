@@ -52,6 +52,11 @@ def test_the_alert_rules_are_the_four_the_docs_name(client, db) -> None:  # type
         used = set(METRIC.findall(rule["expr"]))
         assert used, name
         assert used <= known, (name, used - known)
+    # The heartbeat alert fires on either role going missing, not only on both.
+    heartbeat = alerts["TaskdeskNoWorkerHeartbeat"]["expr"]
+    assert "by (role)" in heartbeat
+    for role in WorkerHeartbeat.ROLES:
+        assert f'absent(taskdesk_worker_heartbeat_age_seconds{{role="{role}"}})' in heartbeat
 
 
 def test_the_grafana_dashboard_uses_served_metrics(client, db) -> None:  # type: ignore[no-untyped-def]

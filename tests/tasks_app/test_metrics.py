@@ -139,14 +139,51 @@ def test_effects_by_state(client, alice) -> None:  # type: ignore[no-untyped-def
     assert value(found, "taskdesk_effects", state="intended") == 0
 
 
-def test_the_worker_heartbeat_age_is_absent_until_a_worker_reports(client, db) -> None:  # type: ignore[no-untyped-def]
-    assert ("taskdesk_worker_heartbeat_age_seconds", ()) not in scrape(client)
+HEARTBEAT = "taskdesk_worker_heartbeat_age_seconds"
 
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(seconds=90))
-    WorkerHeartbeat.objects.create(hostname="w2", seen_at=timezone.now() - timedelta(seconds=30))
 
-    age = value(scrape(client), "taskdesk_worker_heartbeat_age_seconds")
-    assert 29 <= age < 60  # the newest heartbeat counts
+def heartbeat_roles(found: dict) -> set[str]:  # type: ignore[type-arg]
+    return {dict(labels)["role"] for name, labels in found if name == HEARTBEAT}
+
+
+def test_each_heartbeat_role_is_absent_until_it_reports(client, db) -> None:  # type: ignore[no-untyped-def]
+    assert heartbeat_roles(scrape(client)) == set()
+
+    # heartbeat_job's rows (beat and the control worker), on two hosts.
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(hostname="h1", seen_at=now - timedelta(seconds=90))
+    WorkerHeartbeat.objects.create(hostname="h2", seen_at=now - timedelta(seconds=30))
+    found = scrape(client)
+    assert heartbeat_roles(found) == {"control"}
+    assert 29 <= value(found, HEARTBEAT, role="control") < 60  # the newest row counts
+
+    WorkerHeartbeat.objects.create(
+        hostname="worker@h1", seen_at=now - timedelta(seconds=5), queues="celery"
+    )
+    found = scrape(client)
+    assert heartbeat_roles(found) == {"legs", "control"}
+    assert 4 <= value(found, HEARTBEAT, role="legs") < 30
+
+
+def test_dead_leg_workers_show_while_beat_and_the_control_worker_run(client, db) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(
+        hostname="worker1@h1", seen_at=now - timedelta(minutes=10), queues="celery"
+    )
+    WorkerHeartbeat.objects.create(
+        hostname="worker2@h2", seen_at=now - timedelta(minutes=20), queues="celery"
+    )
+    # The control worker's own row and heartbeat_job's row are fresh.
+    WorkerHeartbeat.objects.create(hostname="control@h1", seen_at=now, queues="control")
+    WorkerHeartbeat.objects.create(hostname="h1", seen_at=now - timedelta(seconds=3))
+
+    found = scrape(client)
+
+    assert value(found, HEARTBEAT, role="control") < 5
+    assert 599 <= value(found, HEARTBEAT, role="legs") < 660  # the freshest leg worker
+    # A worker that consumes both queues takes legs: it counts as one.
+    WorkerHeartbeat.objects.create(hostname="all@h3", seen_at=now, queues="celery,control")
+    assert value(scrape(client), HEARTBEAT, role="legs") < 5
 
 
 def test_pending_questions_by_audience_with_the_overdue_ones(client, alice) -> None:  # type: ignore[no-untyped-def]

@@ -1,16 +1,19 @@
 """Log lines carry their context: a tool's ``ctx.log`` lines name the task and the tool,
-through the same filter and formatters the LOGGING setting installs."""
+through the same filter and formatters the LOGGING setting installs; the default text format
+stays a readable line with the ids appended."""
 
 from __future__ import annotations
 
 import io
 import json
 import logging
+import re
 from collections.abc import Iterator
 
 import pytest
 
-from tasks_app.logcontext import ContextFilter, JsonFormatter
+from tasks_app import logcontext
+from tasks_app.logcontext import ContextFilter, JsonFormatter, TextFormatter
 from tasks_app.testing import ToolRunner
 from tasks_app.tools import ToolContext, Toolset
 
@@ -47,6 +50,11 @@ def json_lines() -> Iterator[io.StringIO]:
     yield from captured(JsonFormatter())
 
 
+@pytest.fixture
+def text_lines() -> Iterator[io.StringIO]:
+    yield from captured(TextFormatter())
+
+
 def tool_lines(stream: io.StringIO) -> list[str]:
     return [line for line in stream.getvalue().splitlines() if "tool log" in line]
 
@@ -66,3 +74,57 @@ def test_a_tool_log_line_carries_the_task_id_and_the_tool_in_json(
     assert record["logger"] == "tasks_app.runtime"
     assert '"exported the rows"' in record["message"]
     assert 'data={"rows": 3}' in record["message"]
+
+
+TIME = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
+
+
+def not_json(line: str) -> bool:
+    try:
+        json.loads(line)
+    except ValueError:
+        return True
+    return False
+
+
+def test_a_tool_log_line_is_readable_text_with_the_ids_in_the_text_format(
+    taskdesk: ToolRunner, text_lines: io.StringIO
+) -> None:
+    run = taskdesk.run(chatty, {"rows": 3})
+
+    [line] = tool_lines(text_lines)
+    task_id = run.task.pk
+    assert re.fullmatch(
+        rf"{TIME} INFO tasks_app\.runtime tool log task={task_id} leg=1 tool=chatty "
+        rf'message="exported the rows" data=\{{"rows": 3\}} \[tool=chatty task_id={task_id} leg=1\]',
+        line,
+    ), line
+    assert not_json(line)
+
+
+def test_the_text_format_appends_the_context_in_a_fixed_order_and_keeps_tracebacks_below(
+    text_lines: io.StringIO,
+) -> None:
+    log = logging.getLogger("tasks_app.runtime")
+    log.info("outside any context")
+    with logcontext.bound(task_id="t-9b2e", leg=2, client="alice", request_id="req-7f3a"):
+        logcontext.update(method="tools/call", tool="slow_echo", code=None)
+        log.warning("mcp %s %s http=%s", "tools/call", "ok", 200)
+        try:
+            raise RuntimeError("boom")
+        except RuntimeError:
+            log.exception("leg failed")
+
+    plain, request, failed, *traceback = text_lines.getvalue().splitlines()
+    assert re.fullmatch(rf"{TIME} INFO tasks_app\.runtime outside any context", plain), plain
+    context = (
+        "[request_id=req-7f3a client=alice method=tools/call tool=slow_echo task_id=t-9b2e leg=2]"
+    )
+    assert re.fullmatch(
+        rf"{TIME} WARNING tasks_app\.runtime mcp tools/call ok http=200 {re.escape(context)}",
+        request,
+    ), request
+    assert failed.endswith(f"ERROR tasks_app.runtime leg failed {context}")
+    assert traceback[0] == "Traceback (most recent call last):"
+    assert traceback[-1] == "RuntimeError: boom"
+    assert all(not_json(line) for line in (plain, request, failed))

@@ -51,6 +51,23 @@ def test_several_processes_share_one_journal(tmp_path: Path) -> None:
     assert sorted(e.key for e in Journal(path).unsettled(URL)) == ["k0", "k1", "k2", "k3"]
 
 
+@pytest.mark.parametrize("given", ["~/taskdesk.sqlite3", Path("~/taskdesk.sqlite3")])
+def test_a_journal_path_under_the_home_directory_is_expanded(  # type: ignore[no-untyped-def]
+    monkeypatch, tmp_path, given
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.chdir(tmp_path)
+
+    journal = Journal(given)
+    journal.record(key="k1", url=URL, tool="t", arguments={})
+
+    assert journal.path == home / "taskdesk.sqlite3"
+    assert journal.path.is_file()
+    assert not (tmp_path / "~").exists()  # no folder named "~" in the working directory
+
+
 def test_the_default_journal_is_in_the_user_data_directory(monkeypatch, tmp_path) -> None:  # type: ignore[no-untyped-def]
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     assert default_path() == tmp_path / "taskdesk" / "journal.sqlite3"

@@ -62,7 +62,9 @@ class KeyReused(ValueError):
 
 class Journal:
     def __init__(self, path: str | Path | None = None) -> None:
-        self.path = Path(path) if path is not None else default_path()
+        """The journal in the SQLite file PATH (``~`` is the user's home directory), created
+        with its folders if missing; without PATH, ``default_path()``."""
+        self.path = Path(path).expanduser() if path is not None else default_path()
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self._connect() as db:
             db.execute(SCHEMA)

@@ -382,6 +382,7 @@ elif _broker_scheme.startswith("redis"):
     # A receipt waits for one publish (tasks_app.dispatch): bound it when Redis goes away
     # without closing the connection, so the record falls to the sweeper instead. The
     # worker's blocking reads (BRPOP, 1 s) stay well inside the read timeout.
+    CELERY_BROKER_TRANSPORT = "config.broker:RedisTransport"  # one client per channel
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": 3600,
         "socket_connect_timeout": 2,

@@ -4,11 +4,14 @@ exactly once."""
 from __future__ import annotations
 
 import multiprocessing
+import uuid
 from pathlib import Path
 
+import pytest
 from kombu import Connection, Exchange, Queue
 
 import config.celery  # noqa: F401 - registers the "filesystem" alias
+from tests import services
 
 
 def _connection(folder: Path) -> Connection:
@@ -154,3 +157,37 @@ def test_a_message_claimed_by_a_process_that_died_unacknowledged_is_delivered_ag
         queue.close()
     assert not list((tmp_path / "claimed").iterdir())
     assert not list((tmp_path / "queue").iterdir())
+
+
+@pytest.mark.redis
+def test_the_redis_channel_keeps_one_client_and_delivers() -> None:
+    from config.broker import RedisTransport
+
+    url = services.redis_url()
+    assert url is not None
+    with Connection(url, transport=RedisTransport) as conn:
+        channel = conn.default_channel
+        with channel.conn_or_acquire() as first, channel.conn_or_acquire() as second:
+            assert first is second  # kombu builds a new client for every command
+        queue = conn.SimpleQueue(f"taskdesk-test-{uuid.uuid4().hex}")
+        try:
+            for n in range(3):
+                queue.put({"n": n})
+            received = [queue.get(timeout=5) for _ in range(3)]
+            for message in received:
+                message.ack()
+            assert [m.payload["n"] for m in received] == [0, 1, 2]
+        finally:
+            queue.clear()
+            queue.close()
+
+
+def test_celery_uses_it_for_redis() -> None:
+    from django.conf import settings
+
+    if not settings.CELERY_BROKER_URL.startswith("redis"):
+        pytest.skip("this run's broker is not Redis")
+    from config.celery import app
+
+    with app.connection_for_write() as conn:
+        assert type(conn.transport).__name__ == "RedisTransport"

@@ -212,7 +212,7 @@ class RedisChannel(kombu_redis.Channel):
             yield client
             return
         if self._sync_client is None:
-            self._sync_client = self._create_client()
+            self._sync_client = self._create_client()  # type: ignore[attr-defined]
         yield self._sync_client
 
 

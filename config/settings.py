@@ -508,6 +508,13 @@ TASKDESK_LEASE_SECONDS = env_int("TASKDESK_LEASE_SECONDS", 30, minimum=1)
 # After each leg a worker process runs waiting tasks straight from the database for up to
 # this long before it takes its next message (0: one leg per message).
 TASKDESK_WAITING_LEGS_SECONDS = env_float("TASKDESK_WAITING_LEGS_SECONDS", 1.0, minimum=0)
+# Such a process says, with each record it takes, that it will look for the next within this
+# long; while it does, a new task's record needs no broker message (tasks_app/dispatch.py).
+# A leg that runs longer lets it lapse, and new records get their message again.
+TASKDESK_DRAIN_WINDOW_SECONDS = env_float("TASKDESK_DRAIN_WINDOW_SECONDS", 0.25, minimum=0.01)
+# A process that takes a record which waited this long asks, at most once a second, for
+# another worker process to join it (one message that any idle worker takes).
+TASKDESK_DRAIN_RECRUIT_SECONDS = env_float("TASKDESK_DRAIN_RECRUIT_SECONDS", 1.0, minimum=0)
 TASKDESK_DISPATCH_GRACE_SECONDS = env_float("TASKDESK_DISPATCH_GRACE_SECONDS", 3.0, minimum=0)
 # A published record that no leg consumed after this long is published again (its message
 # may have been lost by the broker); a duplicate is harmless.

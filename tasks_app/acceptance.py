@@ -193,7 +193,7 @@ def _accept(
             task, actor=client.name, carrier=carrier, journal=journal or []
         )
     if isinstance(stored, sql.Accepted):
-        dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk)
+        dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk, unless_drained=True)
         metrics.task_accepted(tool=tool.name, replayed=False)
         return Receipt(task=stored.task, replayed=False, key=value, carrier=carrier)
     if stored.task.fingerprint != task.fingerprint:

@@ -13,6 +13,17 @@ leg can start a few milliseconds after its receipt. Marking records published is
 marks them in one UPDATE a few times a second. When the broker fails, the process stops
 trying for a moment and leaves its records to the sweeper: a dead broker costs one failed
 connection attempt per pause, not one per receipt.
+
+A new task's record needs no message while a worker process is draining the table
+(``models.Drainer``, ``runtime.run_waiting_legs``): after commit, ``publish_on_commit`` with
+``unless_drained`` looks for a fresh drainer row and leaves the record to it. This is safe
+because a drainer only stops after deleting its row and then looking once more: a record
+committed before its row was read is seen by that last look. What a drainer cannot take is
+handed on: at the end of its time it sends one message if records are still waiting
+(``wake``), one whose record waited long asks for help (``wake`` again, any idle worker
+answers), and one whose leg runs past its window publishes what was left to it
+(``publish_left_behind``). The sweeper publishes unpublished records only while no drainer
+is fresh, so a killed drainer's records go out after the grace period.
 """
 
 from __future__ import annotations
@@ -28,6 +39,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import (
+    DatabaseError,
     InterfaceError,
     OperationalError,
     close_old_connections,
@@ -101,16 +113,67 @@ def publish_later(task_id: str, *, seconds: float) -> None:
     transaction.on_commit(send)
 
 
-def publish_on_commit(dispatch_id: int, task_id: str) -> None:
+def publish_on_commit(dispatch_id: int, task_id: str, *, unless_drained: bool = False) -> None:
     """Publish record DISPATCH_ID when the current transaction commits (at once outside a
-    transaction)."""
+    transaction). With UNLESS_DRAINED, first look (after the commit) for a worker process
+    draining the table, and leave the record to it if there is one (module docstring)."""
     trace = tracing.carrier()  # the span of the caller, whenever the commit comes
-    transaction.on_commit(lambda: _publish_traced(dispatch_id, task_id, trace))
+    transaction.on_commit(lambda: _publish_traced(dispatch_id, task_id, trace, unless_drained))
 
 
-def _publish_traced(dispatch_id: int, task_id: str, trace: dict[str, str]) -> None:
+def _publish_traced(
+    dispatch_id: int, task_id: str, trace: dict[str, str], unless_drained: bool
+) -> None:
+    if unless_drained and _drained():
+        return  # a draining worker takes it from the table
     with tracing.continued(trace, "publish", dispatch=dispatch_id, task_id=task_id):
         _publisher.publish((dispatch_id, task_id))
+
+
+def _drained() -> bool:
+    if settings.TASKDESK_WAITING_LEGS_SECONDS <= 0:
+        return False  # no worker drains: every record gets its message
+    try:
+        return sql.hot_path().drained()
+    except DatabaseError as exc:  # publishing is always safe
+        log.warning("draining workers not looked up (the database: %s)", exc)
+        return False
+
+
+def wake(why: str) -> bool:
+    """Send one message that runs no record of its own: the worker process that takes it
+    runs waiting legs (records left to drainers). Return False if the broker failed (the
+    sweeper publishes what is left once no drainer is fresh)."""
+    from config.celery import app
+
+    try:
+        app.send_task(RUN_TASK_JOB, kwargs={}, retry=True, retry_policy=_FAST_RETRY,
+                      argsrepr="()", kwargsrepr=f"{{}} ({why})")  # fmt: skip
+    except Exception as exc:  # the records stay in the table for the sweeper
+        log.warning("wake-up message not sent (%s): %s", why, exc)
+        return False
+    log.debug("wake-up message sent (%s)", why)
+    return True
+
+
+def publish_left_behind(*, limit: int = 1000) -> int:
+    """Publish the records that were left to draining workers and are still waiting, unless
+    some drainer is still fresh (it takes them): called by a drainer whose leg ran past its
+    window. Return how many went out."""
+    if sql.hot_path().drained():
+        return 0
+    pending = list(
+        Dispatch.objects.filter(published_at__isnull=True, consumed_at__isnull=True)
+        .order_by("created_at")
+        .values_list("pk", "task_id")[:limit]
+    )
+    sent = 0
+    for start in range(0, len(pending), _BATCH_SIZE):
+        batch = pending[start : start + _BATCH_SIZE]
+        if not publish_many(batch):
+            break
+        sent += len(batch)
+    return sent
 
 
 def publish(dispatch_id: int, task_id: str) -> bool:
@@ -206,7 +269,9 @@ def publish_pending(*, limit: int = 5000) -> int:
         .order_by("published_at")
     )
     sent = 0
-    for records in (unpublished, lost):
+    # Records left to a draining worker are its to take while it is fresh.
+    drained = sql.hot_path().drained()
+    for records in (lost,) if drained else (unpublished, lost):
         pending = list(records.values_list("pk", "task_id")[: limit - sent])
         for start in range(0, len(pending), _BATCH_SIZE):
             batch = pending[start : start + _BATCH_SIZE]

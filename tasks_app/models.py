@@ -351,6 +351,24 @@ class Dispatch(models.Model):
         return f"dispatch {self.task_id} ({self.reason})"
 
 
+class Drainer(models.Model):
+    """A worker process running waiting legs straight from the dispatch records
+    (``runtime.run_waiting_legs``), and until when it will look for the next one.
+
+    While a fresh row exists, a new task's record needs no broker message: that process
+    takes it from the table (``tasks_app.dispatch``). A process leaves by deleting its row and
+    then looking once more, so a record committed before another process read the row is
+    always seen; a killed process's row goes stale within ``TASKDESK_DRAIN_WINDOW_SECONDS``,
+    and the sweeper publishes what it left.
+    """
+
+    name = models.CharField(max_length=200, primary_key=True)
+    until = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{self.name} until {self.until}"
+
+
 class DemoRefund(models.Model):
     """The demo toolset's stand-in for a payment provider's refunds (``refund_payment``).
 

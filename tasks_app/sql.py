@@ -56,6 +56,7 @@ from tasks_app.models import (
     Actor,
     Client,
     Dispatch,
+    Drainer,
     Effect,
     EffectState,
     EventKind,
@@ -207,6 +208,16 @@ class Claim:
 
 
 @dataclass(frozen=True)
+class Next:
+    """What ``claim_next`` took: a dispatch record (consumed), the claim of its task (None
+    when the task was not claimable), and when the record was written."""
+
+    dispatch_id: int
+    claim: Claim | None
+    created_at: datetime | None
+
+
+@dataclass(frozen=True)
 class Ending:
     """The end of a leased task: its terminal STATUS, the event KIND and what to write."""
 
@@ -253,6 +264,7 @@ class Portable:
             "effect": self.q(Effect._meta.db_table),
             "client": self.q(Client._meta.db_table),
             "tenant": self.q(Tenant._meta.db_table),
+            "drainer": self.q(Drainer._meta.db_table),
         }
 
     # The database's clock in SQL (with Django's placeholders: ``%%`` is a percent sign),
@@ -393,7 +405,7 @@ class Portable:
         )
         record = self._head_record.format(dispatch=t["dispatch"])
         return f"""
-            SELECT d.id, d.task_id FROM (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
+            SELECT d.id, d.task_id, d.created_at FROM (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
                   UNION ALL SELECT {untenanted}) heads
             {record}
             LEFT JOIN ({running}) running ON running.tenant_id = d.tenant_id
@@ -404,21 +416,64 @@ class Portable:
     _head_record = "JOIN {dispatch} d ON d.id = heads.id"
 
     def claim_next(
-        self, *, owner: str, now: datetime, lease_seconds: float
-    ) -> tuple[int, Claim | None] | None:
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        drainer: str | None = None,
+        window: float = 0.0,
+    ) -> Next | None:
         """Consume the next dispatch record no leg consumed (fair across tenants:
         ``_fair_next``) and claim its task as ``claim`` does. None when there is no such
-        record; else (record id, the claim or None when the task was not claimable)."""
+        record. With DRAINER, first write that process's ``Drainer`` row: it looks for the
+        next record within WINDOW seconds of the database's time (whether or not one was
+        found here)."""
         with transaction.atomic():
             with self.db.cursor() as cursor:
+                if drainer is not None:
+                    cursor.execute(self._drainer_upsert, [drainer, self._later_param(window)])
                 cursor.execute(self._fair_next(), [])  # [] : the placeholders' escapes apply
                 record = cursor.fetchone()
             if record is None:
                 return None
-            dispatch_id, task_id = record
+            dispatch_id, task_id, created_at = record
             with self.db.cursor() as cursor:
                 claim = self._claim(cursor, task_id, dispatch_id, owner, now, lease_seconds)
-                return dispatch_id, claim
+                return Next(dispatch_id, claim, _as_datetime(created_at))
+
+    # --- drainers (``models.Drainer``) -------------------------------------------------------
+
+    @cached_property
+    def _drainer_upsert(self) -> str:
+        return (
+            f"INSERT INTO {self._tables['drainer']} (name, until) VALUES (%s, {self._db_later}) "
+            "ON CONFLICT (name) DO UPDATE SET until = excluded.until"
+        )
+
+    def withdraw(self, drainer: str) -> None:
+        """Delete DRAINER's row: that process takes no more records without a message."""
+        with self.db.cursor() as cursor:
+            cursor.execute(f"DELETE FROM {self._tables['drainer']} WHERE name = %s", [drainer])
+
+    def drained(self) -> bool:
+        """Whether some process's ``Drainer`` row is fresh by the database's clock: it will
+        take a record committed now from the table, without a message."""
+        with self.db.cursor() as cursor:
+            cursor.execute(  # [] : the placeholders' escapes apply
+                f"SELECT 1 FROM {self._tables['drainer']} WHERE until > {self._db_now} LIMIT 1",
+                [],
+            )
+            return cursor.fetchone() is not None
+
+    def forget_drainers(self, *, older_than: float) -> int:
+        """Delete the rows of drainers stale for OLDER_THAN seconds (killed processes)."""
+        with self.db.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {self._tables['drainer']} WHERE until < {self._db_later}",
+                [self._later_param(-older_than)],
+            )
+            return int(cursor.rowcount)
 
     def _claim(
         self, cursor: Any, task_id: str, dispatch_id: int | None, owner: str, now: datetime,
@@ -587,8 +642,8 @@ class PostgreSQL(Portable):
     # heads there are, hashed the whole dispatch table on every claim: a cost that grew with
     # the table (4 ms per claim at 6,000 records under EXPLAIN ANALYZE; 0.45 ms, whatever the size).
     _head_record = (
-        "CROSS JOIN LATERAL (SELECT id, task_id, tenant_id FROM {dispatch} WHERE id = heads.id "
-        "LIMIT 1) d"
+        "CROSS JOIN LATERAL (SELECT id, task_id, tenant_id, created_at FROM {dispatch} "
+        "WHERE id = heads.id LIMIT 1) d"
     )
 
     # --- acceptance -------------------------------------------------------------------------
@@ -718,15 +773,20 @@ SELECT old_task.*, NULL FROM old_task
         t = self._tables
         claimed = self._claim_cte(task="(SELECT task_id FROM consumed)", dispatch="")
         return f"""
-        WITH next AS ({self._fair_next(lock=" FOR UPDATE SKIP LOCKED")}
+        WITH drainer AS (
+            INSERT INTO {t["drainer"]} (name, until)
+            SELECT %(drainer)s::text, statement_timestamp() + make_interval(secs => %(window)s)
+            WHERE %(drainer)s::text IS NOT NULL
+            ON CONFLICT (name) DO UPDATE SET until = excluded.until
+        ), next AS ({self._fair_next(lock=" FOR UPDATE SKIP LOCKED")}
         ), consumed AS (
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = (SELECT id FROM next)
-            RETURNING id, task_id, context
+            RETURNING id, task_id, context, created_at
         ), {claimed}, started AS (
             {self._started("consumed.id", "claimed, consumed")}
         )
-        SELECT consumed.id, consumed.task_id,
+        SELECT consumed.id, consumed.task_id, consumed.created_at,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
             claimed.has_journal, claimed.status, claimed.lease_expires_at,
             claimed.cancel_requested_at, consumed.context
@@ -751,15 +811,34 @@ SELECT old_task.*, NULL FROM old_task
         return None if row is None else self._claimed(task_id, owner, row)
 
     def claim_next(
-        self, *, owner: str, now: datetime, lease_seconds: float
-    ) -> tuple[int, Claim | None] | None:
-        row = fetch_prepared(self._claim_next_sql, self._claim_params(owner, now, lease_seconds))
+        self,
+        *,
+        owner: str,
+        now: datetime,
+        lease_seconds: float,
+        drainer: str | None = None,
+        window: float = 0.0,
+    ) -> Next | None:
+        params = self._claim_params(owner, now, lease_seconds)
+        params.update(drainer=drainer, window=float(window))
+        row = fetch_prepared(self._claim_next_sql, params)
         if row is None:
             return None
-        dispatch_id, task_id, *claimed = row
+        dispatch_id, task_id, created_at, *claimed = row
         if claimed[0] is None:
-            return dispatch_id, None
-        return dispatch_id, self._claimed(task_id, owner, tuple(claimed))
+            return Next(dispatch_id, None, created_at)
+        return Next(dispatch_id, self._claimed(task_id, owner, tuple(claimed)), created_at)
+
+    @cached_property
+    def _drained_sql(self) -> str:
+        return (
+            f"SELECT EXISTS (SELECT 1 FROM {self._tables['drainer']} "
+            "WHERE until > statement_timestamp())"
+        )
+
+    def drained(self) -> bool:
+        row = fetch_prepared(self._drained_sql, {})
+        return bool(row and row[0])
 
     # --- the end of a leg -------------------------------------------------------------------
 

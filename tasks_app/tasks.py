@@ -49,8 +49,13 @@ def _drop_broken_connections(**kwargs: Any) -> None:
 @shared_task(
     bind=True, name="run_task_job", acks_late=True, reject_on_worker_lost=True, max_retries=None
 )
-def run_task_job(self: Task, task_id: str, dispatch_id: int | None = None) -> None:  # type: ignore[type-arg]
-    """Run one leg of task TASK_ID (a no-op if another leg holds its lease).
+def run_task_job(
+    self: Task,  # type: ignore[type-arg]
+    task_id: str | None = None,
+    dispatch_id: int | None = None,
+) -> None:
+    """Run one leg of task TASK_ID (a no-op if another leg holds its lease), then waiting
+    legs; without TASK_ID (a wake-up message, ``dispatch.wake``) only the waiting legs.
 
     If the database cannot be reached, the message is sent again to run in
     ``DATABASE_RETRY_SECONDS`` (on a fresh connection), for as long as the outage lasts: a
@@ -60,11 +65,12 @@ def run_task_job(self: Task, task_id: str, dispatch_id: int | None = None) -> No
     from tasks_app import runtime
 
     try:
-        runtime.run_leg(task_id=task_id, dispatch_id=dispatch_id)
+        if task_id is not None:
+            runtime.run_leg(task_id=task_id, dispatch_id=dispatch_id)
         if settings.TASKDESK_WAITING_LEGS_SECONDS > 0:
             runtime.run_waiting_legs(seconds=settings.TASKDESK_WAITING_LEGS_SECONDS)
     except DatabaseError as exc:
-        log.warning("leg of task %s waits for the database: %s", task_id, exc)
+        log.warning("leg of task %s waits for the database: %s", task_id or "(waiting)", exc)
         connections.close_all()
         raise self.retry(exc=exc, countdown=DATABASE_RETRY_SECONDS) from None
 
@@ -98,6 +104,7 @@ def sweep_job() -> None:
 
     sent = dispatch.publish_pending()
     revived = runtime.redispatch_expired_leases() + runtime.dispatch_due_retries()
+    runtime.forget_stale_drainers()
     if sent or revived:
         log.info("sweep: published %s dispatch records, re-dispatched %s tasks", sent, revived)
 

@@ -17,7 +17,7 @@ from tasks_app.runtime.effects import (
     reconcile_effect,
     strand_intended_of_finished,
 )
-from tasks_app.runtime.leases import redispatch_expired_leases
+from tasks_app.runtime.leases import forget_stale_drainers, redispatch_expired_leases
 from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg, run_waiting_legs
 from tasks_app.runtime.retries import dispatch_due_retries
 
@@ -27,6 +27,7 @@ __all__ = [
     "TaskContext",
     "dispatch_due_retries",
     "downstream_key",
+    "forget_stale_drainers",
     "job_time_limit",
     "reconcile_effect",
     "redispatch_expired_leases",

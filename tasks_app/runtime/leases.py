@@ -32,7 +32,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from tasks_app import dispatch, sql
-from tasks_app.models import Actor, EventKind, Status, Task, event
+from tasks_app.models import Actor, Dispatch, EventKind, Status, Task, event
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -63,18 +63,33 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | N
     )
 
 
-def claim_next(*, owner: str) -> tuple[int, sql.Claim | None] | None:
+def claim_next(*, owner: str, drainer: str | None = None) -> sql.Next | None:
     """Take the oldest dispatch record no leg has consumed yet, and claim its task as
-    ``claim`` does. Return None when there is no such record, else (its id, the claim or
-    None when its task was not claimable: the record is consumed either way).
+    ``claim`` does. Return None when there is no such record, else the record and the claim
+    (None when its task was not claimable: the record is consumed either way).
 
     A worker that has just ended a leg calls this to run the next waiting task at once,
-    without a broker round trip; that task's message, when it arrives, finds its record
-    consumed and does nothing.
+    without a broker round trip; that task's message, if one was sent, finds its record
+    consumed and does nothing. With DRAINER (this process's name), the same statement
+    refreshes the process's ``Drainer`` row for ``TASKDESK_DRAIN_WINDOW_SECONDS``.
     """
     return sql.hot_path().claim_next(
-        owner=owner, now=timezone.now(), lease_seconds=_lease_seconds()
+        owner=owner,
+        now=timezone.now(),
+        lease_seconds=_lease_seconds(),
+        drainer=drainer,
+        window=settings.TASKDESK_DRAIN_WINDOW_SECONDS,
     )
+
+
+def forget_stale_drainers() -> int:
+    """Delete the drainer rows of processes gone for a minute (killed while draining)."""
+    return sql.hot_path().forget_drainers(older_than=60.0)
+
+
+def waiting() -> bool:
+    """Whether any dispatch record is waiting for a leg (not consumed yet)."""
+    return Dispatch.objects.filter(consumed_at__isnull=True).exists()
 
 
 def release(task_id: str, owner: str, leg: int) -> bool:
@@ -101,7 +116,9 @@ class Lease:
     """The lease a running leg holds; ``lost`` is set once the leg must stop: another leg
     took the task over, or the renewer could not renew it before it ran out."""
 
-    def __init__(self, task_id: str, owner: str, leg: int, since: float) -> None:
+    def __init__(
+        self, task_id: str, owner: str, leg: int, since: float, *, drained: bool = False
+    ) -> None:
         self.task_id = task_id
         self.owner = owner
         self.leg = leg
@@ -111,12 +128,27 @@ class Lease:
         # database set its expiry one lease length after it received the claim (or the last
         # renewal), which was after SINCE, when the statement was sent.
         self.runs_out = since + _lease_seconds()
+        # A leg a drainer took (``legs.run_waiting_legs``): once it outlasts the drainer's
+        # window, records left to this process go out as messages (``dispatch``).
+        self.lapses_at = (
+            since + settings.TASKDESK_DRAIN_WINDOW_SECONDS + _LAPSE_MARGIN if drained else None
+        )
+
+
+# How long after its window a drainer's leg counts as having outlasted it: the database's
+# clock and this process's differ by the round trip of the claim.
+_LAPSE_MARGIN = 0.05
 
 
 def _renew_interval() -> float:
     # A third of the lease between renewals: two renewals may fail (a slow database) before
     # the lease runs out.
     return max(settings.TASKDESK_LEASE_SECONDS / 3, 0.2)
+
+
+# How often the renewer looks at its legs, at most: a drainer's leg that outlasts its window
+# hands its records on within this long.
+_LAPSE_TICK = 0.25
 
 
 class _Renewer:
@@ -142,11 +174,21 @@ class _Renewer:
 
     def _run(self) -> None:
         while True:
-            time.sleep(min(_renew_interval() / 4, 0.5))
+            time.sleep(min(_renew_interval() / 4, _LAPSE_TICK))
+            now = time.monotonic()
             with self._lock:
-                due = [lease for lease in self._leases.values() if lease.due <= time.monotonic()]
+                due = [lease for lease in self._leases.values() if lease.due <= now]
+                lapsed = [
+                    lease
+                    for lease in self._leases.values()
+                    if lease.lapses_at is not None and lease.lapses_at <= now
+                ]
+                for lease in lapsed:
+                    lease.lapses_at = None
             for lease in due:
                 self._renew(lease)
+            if lapsed:
+                self._hand_on(lapsed[0])
             with self._lock:
                 idle = not self._leases
             if idle:
@@ -173,6 +215,19 @@ class _Renewer:
         if not renewed:
             self._give_up(lease, "another leg holds it, or it expired")
 
+    def _hand_on(self, lease: Lease) -> None:
+        """A drainer's leg outlasted its window: publish the records left to this process
+        (unless another drainer is fresh and takes them)."""
+        try:
+            sent = dispatch.publish_left_behind()
+        except DatabaseError as exc:  # the sweeper publishes them once no drainer is fresh
+            log.warning("records left to a draining leg not published: %s", exc)
+            connection.close()
+            return
+        if sent:
+            log.info("leg of task=%s outlasted its drain window: %s records published",
+                     lease.task_id, sent)  # fmt: skip
+
     def _give_up(self, lease: Lease, why: str) -> None:
         log.warning(
             "lease lost task=%s leg=%s owner=%s: %s", lease.task_id, lease.leg, lease.owner, why
@@ -193,10 +248,12 @@ os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 @contextmanager
-def held(task_id: str, owner: str, leg: int, *, since: float) -> Iterator[Lease]:
+def held(
+    task_id: str, owner: str, leg: int, *, since: float, drained: bool = False
+) -> Iterator[Lease]:
     """Keep renewing the lease for as long as the block runs (its claim was sent at
-    monotonic time SINCE)."""
-    lease = Lease(task_id, owner, leg, since)
+    monotonic time SINCE; DRAINED: by a drainer, see ``Lease.lapses_at``)."""
+    lease = Lease(task_id, owner, leg, since, drained=drained)
     _renewer.add(lease)
     try:
         yield lease

@@ -22,9 +22,12 @@ from __future__ import annotations
 
 import enum
 import logging
+import os
 import signal
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -32,8 +35,9 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
+from django.utils import timezone
 
-from tasks_app import logcontext, metrics, sql, tracing, transitions
+from tasks_app import dispatch, logcontext, metrics, sql, tracing, transitions
 from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
@@ -95,24 +99,84 @@ def run_waiting_legs(*, seconds: float) -> int:
     per message allows, they start at once instead of queueing behind their messages (which
     then find their records consumed and do nothing). A leg already begun always finishes;
     SECONDS only stops taking new ones.
+
+    While it runs, the process is a drainer (``models.Drainer``): each claim says it will
+    look again within ``TASKDESK_DRAIN_WINDOW_SECONDS``, and web processes leave new records
+    to it instead of sending messages (``tasks_app.dispatch``). It stops by deleting its row
+    and then looking once more, so nothing left to it is missed; if its time runs out with
+    records still waiting it sends one message to hand them on.
     """
     deadline = time.monotonic() + seconds
+    name = drainer_name()
     ran = 0
-    while time.monotonic() < deadline:
-        owner = leases.new_owner()
-        sent = time.monotonic()
-        found = leases.claim_next(owner=owner)
-        if found is None:
-            break  # nothing is waiting
-        dispatch_id, claim = found
-        if claim is not None:
-            _run_claimed(claim, owner, dispatch_id, sent)
-            ran += 1
+    draining = False
+    try:
+        while True:
+            if time.monotonic() >= deadline:
+                draining = _leave(name)
+                if leases.waiting():
+                    dispatch.wake("waiting legs handed on")
+                break
+            owner = leases.new_owner()
+            sent = time.monotonic()
+            found = leases.claim_next(owner=owner, drainer=name)
+            draining = True
+            if found is None:
+                # Leave, then look once more: a record that a web process left to this one
+                # after reading its row is committed by now.
+                draining = _leave(name)
+                found = leases.claim_next(owner=owner)
+                if found is None:
+                    break  # nothing is waiting
+            _recruit_if_behind(found)
+            if found.claim is not None:
+                _run_claimed(found.claim, owner, found.dispatch_id, sent, drained=draining)
+                ran += 1
+    finally:
+        if draining:
+            _leave(name)
     return ran
 
 
-def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float) -> LegOutcome:
-    """Run the leg CLAIM took (its claim was sent at monotonic time SENT)."""
+_drainer: dict[int, str] = {}
+_recruited = 0.0
+
+
+def drainer_name() -> str:
+    """This process's name as a drainer (host, pid and a random part: a pid is reused)."""
+    pid = os.getpid()
+    name = _drainer.get(pid)
+    if name is None:
+        _drainer.clear()
+        name = _drainer[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
+    return name
+
+
+def _leave(name: str) -> bool:
+    """Delete this process's drainer row; False (no longer draining)."""
+    sql.hot_path().withdraw(name)
+    return False
+
+
+def _recruit_if_behind(found: sql.Next) -> None:
+    """Ask for another worker process (at most once a second) when the record just taken
+    waited longer than ``TASKDESK_DRAIN_RECRUIT_SECONDS``: the drainers fall behind, and
+    workers without a message would otherwise stay idle."""
+    global _recruited
+    if found.created_at is None:
+        return
+    waited = (timezone.now() - found.created_at).total_seconds()
+    now = time.monotonic()
+    if waited > settings.TASKDESK_DRAIN_RECRUIT_SECONDS and now - _recruited > 1.0:
+        _recruited = now
+        dispatch.wake(f"a waiting record waited {waited:.1f} s")
+
+
+def _run_claimed(
+    claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float, *, drained: bool = False
+) -> LegOutcome:
+    """Run the leg CLAIM took (its claim was sent at monotonic time SENT; DRAINED: by this
+    process as a drainer)."""
     # Every line of the leg (the tool's ctx.log lines too) names the task, and the request
     # that wrote the dispatch record (for a first leg, the call that created the task).
     task = claim.task
@@ -126,10 +190,12 @@ def _run_claimed(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: fl
         ),
         tracing.continued(claim.origin, "leg", task_id=task.pk, tool=task.tool_name, leg=task.leg),
     ):
-        return _run_logged(claim, owner, dispatch_id, sent)
+        return _run_logged(claim, owner, dispatch_id, sent, drained)
 
 
-def _run_logged(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float) -> LegOutcome:
+def _run_logged(
+    claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float, drained: bool
+) -> LegOutcome:
     task = claim.task
     started = time.monotonic()
     # At INFO a leg logs one line, when it ends (with its outcome and duration).
@@ -160,7 +226,7 @@ def _run_logged(claim: sql.Claim, owner: str, dispatch_id: int | None, sent: flo
             has_journal=claim.has_journal,
             cancel_checked=not claim.cancel_requested,
         )
-        with leases.held(task.pk, owner, task.leg, since=sent) as lease:
+        with leases.held(task.pk, owner, task.leg, since=sent, drained=drained) as lease:
             ctx.lease = lease
             outcome = _undo(ctx) if task.status == Status.CANCELLED else _run(ctx)
     seconds = time.monotonic() - started

@@ -180,13 +180,13 @@ def test_one_tenants_backlog_does_not_starve_another_tenant(alice, bob) -> None:
     later = submit(bob, "noop")  # globex's only task, newer than all of acme's
 
     first = leases.claim_next(owner="w:2:b")
-    assert first is not None and first[1] is not None
-    assert first[1].task.pk == later.pk  # the tenant with nothing running goes first
+    assert first is not None and first.claim is not None
+    assert first.claim.task.pk == later.pk  # the tenant with nothing running goes first
 
     # Now each tenant has one leg running: the oldest waiting record goes next.
     second = leases.claim_next(owner="w:3:c")
-    assert second is not None and second[1] is not None
-    assert second[1].task.pk == backlog[1].pk
+    assert second is not None and second.claim is not None
+    assert second.claim.task.pk == backlog[1].pk
     # Each record is consumed once, whichever way it was taken.
     assert Dispatch.objects.filter(consumed_at__isnull=True).count() == 3
 
@@ -197,4 +197,4 @@ def test_records_written_before_records_had_tenants_are_still_taken(alice) -> No
 
     found = leases.claim_next(owner="w:1:a")
 
-    assert found is not None and found[1] is not None and found[1].task.pk == old.pk
+    assert found is not None and found.claim is not None and found.claim.task.pk == old.pk

@@ -1,0 +1,212 @@
+"""Draining workers: a worker process running waiting legs takes new tasks' records from the
+table, so web processes send them no message; nothing left to it is ever stranded.
+
+Messages are read back from the run's real broker (``broker_messages``).
+"""
+
+from __future__ import annotations
+
+import time
+from datetime import timedelta
+
+import pytest
+import time_machine
+from django.utils import timezone
+
+from tasks_app import dispatch, runtime, sql
+from tasks_app.models import Dispatch, Drainer, Status, Task
+from tasks_app.runtime import leases, legs
+from tasks_app.tasks import run_task_job
+from tests.tasks_app.runtime.helpers import submit
+from tests.tasks_app.test_acceptance_dispatch import accept, broker_messages
+
+
+@pytest.fixture(autouse=True)
+def _empty_queue() -> None:
+    broker_messages(wait=0.1)
+
+
+def fresh_drainer(name: str = "elsewhere:1:abcd", seconds: float = 30) -> Drainer:
+    return Drainer.objects.create(name=name, until=timezone.now() + timedelta(seconds=seconds))
+
+
+def wake_ups(messages: list[dict[str, object]]) -> int:
+    assert {m["task"] for m in messages} <= {"run_task_job"}
+    return sum(1 for m in messages if not m["kwargs"])
+
+
+# --- web processes: no message while a drainer is fresh ------------------------------------
+
+
+def test_a_new_task_is_left_to_a_fresh_drainer_without_a_message(transactional_db, alice) -> None:
+    fresh_drainer()
+
+    receipt = accept(alice)
+
+    assert dispatch.wait_for_publisher(10)
+    assert broker_messages(wait=0.3) == []
+    record = Dispatch.objects.get(task=receipt.task)
+    assert (record.published_at, record.consumed_at) == (None, None)
+
+
+def test_without_a_fresh_drainer_the_record_is_published(transactional_db, alice) -> None:
+    fresh_drainer(seconds=-1)  # a process that stopped without deleting its row
+
+    receipt = accept(alice)
+
+    assert dispatch.wait_for_publisher(10)
+    messages = broker_messages()
+    assert [m["kwargs"]["task_id"] for m in messages] == [receipt.task.pk]
+
+
+def test_with_waiting_legs_turned_off_every_record_is_published(
+    transactional_db, alice, settings
+) -> None:
+    settings.TASKDESK_WAITING_LEGS_SECONDS = 0
+    fresh_drainer()
+
+    receipt = accept(alice)
+
+    assert dispatch.wait_for_publisher(10)
+    assert [m["kwargs"]["task_id"] for m in broker_messages()] == [receipt.task.pk]
+
+
+# --- the drainer's side ---------------------------------------------------------------------
+
+
+def test_a_drainer_holds_a_row_while_it_runs_legs_and_deletes_it_when_done(alice) -> None:
+    seen: list[list[str]] = []
+    original = legs._run_claimed
+
+    def run(*args, **kwargs):  # type: ignore[no-untyped-def]
+        seen.append(list(Drainer.objects.values_list("name", flat=True)))
+        return original(*args, **kwargs)
+
+    tasks = [submit(alice, "noop") for _ in range(2)]
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(legs, "_run_claimed", run)
+        assert runtime.run_waiting_legs(seconds=5) == 2
+
+    assert seen == [[legs.drainer_name()]] * 2
+    assert not Drainer.objects.exists()
+    assert all(t.status == Status.COMPLETED for t in Task.objects.filter(pk__in=tasks))
+
+
+def test_a_record_left_to_a_drainer_as_it_leaves_is_still_taken(alice) -> None:
+    """The race the protocol closes: a web process reads the drainer's row after its last
+    empty look and before it deletes the row, and sends no message."""
+    late: list[Task] = []
+    original = leases.claim_next
+
+    def claim_next(**kwargs):  # type: ignore[no-untyped-def]
+        found = original(**kwargs)
+        if found is None and not late:
+            # The drainer found nothing; a task is committed and left to it right now.
+            assert sql.hot_path().drained()
+            late.append(submit(alice, "noop"))
+        return found
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(leases, "claim_next", claim_next)
+        assert runtime.run_waiting_legs(seconds=5) == 1
+
+    late[0].refresh_from_db()
+    assert late[0].status == Status.COMPLETED
+    assert not Drainer.objects.exists()
+
+
+def test_at_the_end_of_its_time_a_drainer_hands_waiting_records_on(alice) -> None:
+    submit(alice, "slow_echo", text="a", seconds=0.3)
+    waiting = submit(alice, "noop")
+
+    assert runtime.run_waiting_legs(seconds=0.1) == 1  # the slow leg ran to its end
+
+    messages = broker_messages()
+    assert wake_ups(messages) == 1
+    assert not Drainer.objects.exists()
+    # The wake-up message runs the waiting legs.
+    run_task_job()
+    waiting.refresh_from_db()
+    assert waiting.status == Status.COMPLETED
+
+
+def test_a_drainer_that_takes_a_record_which_waited_long_asks_for_help(alice, settings) -> None:
+    settings.TASKDESK_DRAIN_RECRUIT_SECONDS = 1.0
+    legs._recruited = 0.0
+    old = submit(alice, "noop")
+    Dispatch.objects.filter(task=old).update(created_at=timezone.now() - timedelta(seconds=5))
+    fresh = submit(alice, "noop")
+
+    assert runtime.run_waiting_legs(seconds=5) == 2
+
+    assert wake_ups(broker_messages()) == 1  # for the old record only, once
+    assert {t.status for t in Task.objects.filter(pk__in=[old.pk, fresh.pk])} == {Status.COMPLETED}
+
+
+def test_a_wake_up_message_runs_waiting_legs(alice) -> None:
+    tasks = [submit(alice, "noop") for _ in range(3)]
+
+    run_task_job()
+
+    assert {t.status for t in Task.objects.filter(pk__in=[t.pk for t in tasks])} == {
+        Status.COMPLETED
+    }
+
+
+def test_a_drainers_long_leg_hands_on_what_was_left_to_it(
+    transactional_db, alice, settings
+) -> None:
+    settings.TASKDESK_DRAIN_WINDOW_SECONDS = 0.05
+    left = submit(alice, "noop")  # committed while the drainer below looked fresh
+    record = Dispatch.objects.get(task=left)
+    lease = leases.Lease("some-task", "w:1:a", 1, time.monotonic(), drained=True)
+
+    leases._renewer.add(lease)
+    try:
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            record.refresh_from_db()
+            if record.published_at is not None:
+                break
+            time.sleep(0.05)
+    finally:
+        leases._renewer.remove(lease)
+
+    assert record.published_at is not None
+    assert [m["kwargs"].get("task_id") for m in broker_messages()] == [left.pk]
+
+
+def test_what_was_left_behind_is_not_published_while_another_drainer_is_fresh(alice) -> None:
+    submit(alice, "noop")
+    fresh_drainer()
+
+    assert dispatch.publish_left_behind() == 0
+    assert broker_messages(wait=0.2) == []
+
+
+# --- the sweeper ------------------------------------------------------------------------------
+
+
+def test_the_sweeper_leaves_unpublished_records_to_a_fresh_drainer(alice, settings) -> None:
+    settings.TASKDESK_DISPATCH_GRACE_SECONDS = 1
+    task = submit(alice, "noop")
+    drainer = fresh_drainer(seconds=30)
+    later = timezone.now() + timedelta(seconds=5)
+
+    with time_machine.travel(later, tick=False):
+        assert dispatch.publish_pending() == 0  # the drainer takes it
+    Drainer.objects.filter(pk=drainer.pk).update(until=timezone.now() - timedelta(seconds=1))
+    with time_machine.travel(later, tick=False):
+        assert dispatch.publish_pending() == 1  # the drainer is gone: the sweeper sends it
+
+    assert [m["kwargs"]["task_id"] for m in broker_messages()] == [task.pk]
+
+
+def test_the_rows_of_drainers_gone_for_a_minute_are_forgotten(db) -> None:
+    fresh_drainer("gone:1:aaaa", seconds=-120)
+    fresh_drainer("recent:2:bbbb", seconds=-5)
+    fresh_drainer("live:3:cccc", seconds=30)
+
+    assert runtime.forget_stale_drainers() == 1
+
+    assert set(Drainer.objects.values_list("name", flat=True)) == {"recent:2:bbbb", "live:3:cccc"}

@@ -226,11 +226,13 @@ if DATABASE_URL:
     if _db["ENGINE"] not in {"django.db.backends.postgresql", "django.db.backends.sqlite3"}:
         raise ImproperlyConfigured("DATABASE_URL must be a postgres:// or sqlite:// URL")
     _db["CONN_HEALTH_CHECKS"] = True
+    _postgresql = _db["ENGINE"] == "django.db.backends.postgresql"
+    if _postgresql:  # checks a kept connection only after it was idle: config/postgresql
+        _db["ENGINE"] = "config.postgresql"
     # The hot paths (accepting a call, a leg's claim and its end) run as server-side prepared
     # statements, parsed and planned once per connection; Django's own queries use
     # client-side binding and are never prepared. Off (DB_PREPARED_STATEMENTS=false) behind a
     # pooler that cannot keep them, such as PgBouncer before 1.21 in transaction mode.
-    _postgresql = _db["ENGINE"] == "django.db.backends.postgresql"
     if _postgresql and env_bool("DB_PREPARED_STATEMENTS", True):
         _db.setdefault("OPTIONS", {})["prepare_threshold"] = 5
 else:

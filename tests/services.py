@@ -74,7 +74,7 @@ def chromium_path() -> str | None:
 def postgres_problem() -> str | None:
     from django.conf import settings
 
-    if settings.DATABASES["default"]["ENGINE"] != "django.db.backends.postgresql":
+    if settings.DATABASES["default"]["ENGINE"] != "config.postgresql":
         return "this run uses SQLite (set DATABASE_URL=postgres://... to run it)"
     return None
 

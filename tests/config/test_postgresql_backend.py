@@ -1,0 +1,62 @@
+"""The PostgreSQL backend checks a kept connection only after it was idle (config/postgresql)."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import close_old_connections, connections
+
+pytestmark = [pytest.mark.postgres, pytest.mark.django_db(transaction=True)]
+
+
+@pytest.fixture
+def checks(monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    """Each health check (Django's ``SELECT 1``) of the default connection."""
+    seen: list[bool] = []
+    connection = connections["default"]
+    original = type(connection).is_usable
+
+    def is_usable(self):  # type: ignore[no-untyped-def]
+        seen.append(True)
+        return original(self)
+
+    monkeypatch.setattr(type(connection), "is_usable", is_usable)
+    request()  # opens the connection, or checks it
+    seen.clear()
+    return seen
+
+
+def request() -> None:
+    """What Django does around a request with one query: close_old_connections at its start
+    and at its end."""
+    close_old_connections()
+    with connections["default"].cursor() as cursor:
+        cursor.execute("SELECT 2")
+    close_old_connections()
+
+
+def test_a_connection_used_a_moment_ago_is_not_checked_again(checks) -> None:
+    connection = connections["default"]
+    assert connection.settings_dict["ENGINE"] == "config.postgresql"
+    assert connection.health_check_enabled
+
+    for _ in range(3):
+        request()
+
+    assert checks == []
+
+
+def test_a_connection_idle_for_a_while_is_checked_first(checks) -> None:
+    connection = connections["default"]
+    connection._last_sound -= connection.HEALTH_CHECK_AFTER_IDLE_SECONDS + 1  # idle since
+
+    request()
+
+    assert checks == [True]
+
+
+def test_a_connection_that_saw_an_error_is_checked(checks) -> None:
+    connections["default"].errors_occurred = True
+
+    request()
+
+    assert checks  # Django looks at it before trusting it again

@@ -210,11 +210,13 @@ class Claim:
 @dataclass(frozen=True)
 class Next:
     """What ``claim_next`` took: a dispatch record (consumed), the claim of its task (None
-    when the task was not claimable), and when the record was written."""
+    when the task was not claimable), when the record was written, and the oldest waiting
+    record it chose from (no older one was waiting, but for one committed late)."""
 
     dispatch_id: int
     claim: Claim | None
     created_at: datetime | None
+    oldest: int | None = None
 
 
 @dataclass(frozen=True)
@@ -388,28 +390,35 @@ class Portable:
     # tenant (one index lookup each: dispatch_waiting_tenant) and the oldest of none (records
     # written before records had tenants); the next is the candidate whose tenant has the
     # fewest legs running now, the oldest first among equals. So a tenant's backlog never
-    # starves another tenant: a tenant with nothing running goes first.
-    def _fair_next(self, *, lock: str = "") -> str:
+    # starves another tenant: a tenant with nothing running goes first. Legs are counted only
+    # when there is a choice to make: counting reads the index entries of every lease taken
+    # lately (dead row versions included), which cost more than the rest of the claim.
+    def _fair_next(self, *, lock: str = "", floor: str = "") -> str:
         t = self._tables
         head = (
-            "(SELECT d2.id FROM {dispatch} d2 WHERE {match} AND d2.consumed_at IS NULL "
-            "ORDER BY d2.id LIMIT 1{lock})"
+            "(SELECT d2.id FROM {dispatch} d2 WHERE {match} AND d2.consumed_at IS NULL"
+            f"{floor} ORDER BY d2.id LIMIT 1{{lock}})"
         )
         per_tenant = head.format(dispatch=t["dispatch"], match="d2.tenant_id = tn.id", lock=lock)
         untenanted = head.format(dispatch=t["dispatch"], match="d2.tenant_id IS NULL", lock=lock)
+        # Legs of the candidate's tenant running now: tasks holding a live lease (task_leased
+        # holds only leased rows).
         running = (
-            f"SELECT c.tenant_id, count(*) AS n FROM {t['task']} rt "
-            f"JOIN {t['client']} c ON c.id = rt.client_id "
-            f"WHERE rt.status = '{Status.WORKING.value}' AND rt.lease_owner <> '' "
-            f"AND rt.lease_expires_at > {self._db_now} GROUP BY c.tenant_id"
+            f"SELECT count(*) FROM {t['task']} rt JOIN {t['client']} c ON c.id = rt.client_id "
+            f"WHERE c.tenant_id = candidates.tenant_id AND rt.lease_expires_at > {self._db_now}"
         )
         record = self._head_record.format(dispatch=t["dispatch"])
         return f"""
-            SELECT d.id, d.task_id, d.created_at FROM (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
-                  UNION ALL SELECT {untenanted}) heads
-            {record}
-            LEFT JOIN ({running}) running ON running.tenant_id = d.tenant_id
-            ORDER BY coalesce(running.n, 0), d.id
+            WITH candidates AS MATERIALIZED (
+                SELECT d.id, d.task_id, d.created_at, d.tenant_id
+                FROM (SELECT {per_tenant} AS id FROM {t["tenant"]} tn
+                      UNION ALL SELECT {untenanted}) heads
+                {record}
+            )
+            SELECT id, task_id, created_at, (SELECT min(id) FROM candidates) AS oldest
+            FROM candidates
+            ORDER BY CASE WHEN (SELECT count(*) FROM candidates) > 1 THEN ({running}) ELSE 0 END,
+                id
             LIMIT 1"""
 
     # How _fair_next reads the record of each head: by its primary key.
@@ -423,12 +432,14 @@ class Portable:
         lease_seconds: float,
         drainer: str | None = None,
         window: float = 0.0,
+        floor: int = 0,
     ) -> Next | None:
         """Consume the next dispatch record no leg consumed (fair across tenants:
         ``_fair_next``) and claim its task as ``claim`` does. None when there is no such
         record. With DRAINER, first write that process's ``Drainer`` row: it looks for the
         next record within WINDOW seconds of the database's time (whether or not one was
-        found here)."""
+        found here). FLOOR: look only at records from that id up (a hint PostgreSQL uses,
+        ``leases.claim_next``)."""
         with transaction.atomic():
             with self.db.cursor() as cursor:
                 if drainer is not None:
@@ -437,10 +448,10 @@ class Portable:
                 record = cursor.fetchone()
             if record is None:
                 return None
-            dispatch_id, task_id, created_at = record
+            dispatch_id, task_id, created_at, oldest = record
             with self.db.cursor() as cursor:
                 claim = self._claim(cursor, task_id, dispatch_id, owner, now, lease_seconds)
-                return Next(dispatch_id, claim, _as_datetime(created_at))
+                return Next(dispatch_id, claim, _as_datetime(created_at), oldest)
 
     # --- drainers (``models.Drainer``) -------------------------------------------------------
 
@@ -778,7 +789,8 @@ SELECT old_task.*, NULL FROM old_task
             SELECT %(drainer)s::text, statement_timestamp() + make_interval(secs => %(window)s)
             WHERE %(drainer)s::text IS NOT NULL
             ON CONFLICT (name) DO UPDATE SET until = excluded.until
-        ), next AS ({self._fair_next(lock=" FOR UPDATE SKIP LOCKED")}
+        ), next AS (
+            {self._fair_next(lock=" FOR UPDATE SKIP LOCKED", floor=" AND d2.id >= %(floor)s")}
         ), consumed AS (
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = (SELECT id FROM next)
@@ -786,7 +798,7 @@ SELECT old_task.*, NULL FROM old_task
         ), {claimed}, started AS (
             {self._started("consumed.id", "claimed, consumed")}
         )
-        SELECT consumed.id, consumed.task_id, consumed.created_at,
+        SELECT consumed.id, consumed.task_id, consumed.created_at, (SELECT oldest FROM next),
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
             claimed.has_journal, claimed.status, claimed.lease_expires_at,
             claimed.cancel_requested_at, consumed.context
@@ -818,16 +830,16 @@ SELECT old_task.*, NULL FROM old_task
         lease_seconds: float,
         drainer: str | None = None,
         window: float = 0.0,
+        floor: int = 0,
     ) -> Next | None:
         params = self._claim_params(owner, now, lease_seconds)
-        params.update(drainer=drainer, window=float(window))
+        params.update(drainer=drainer, window=float(window), floor=floor)
         row = fetch_prepared(self._claim_next_sql, params)
         if row is None:
             return None
-        dispatch_id, task_id, created_at, *claimed = row
-        if claimed[0] is None:
-            return Next(dispatch_id, None, created_at)
-        return Next(dispatch_id, self._claimed(task_id, owner, tuple(claimed)), created_at)
+        dispatch_id, task_id, created_at, oldest, *claimed = row
+        claim = None if claimed[0] is None else self._claimed(task_id, owner, tuple(claimed))
+        return Next(dispatch_id, claim, created_at, oldest)
 
     @cached_property
     def _drained_sql(self) -> str:

@@ -63,7 +63,9 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | N
     )
 
 
-def claim_next(*, owner: str, drainer: str | None = None) -> sql.Next | None:
+def claim_next(
+    *, owner: str, drainer: str | None = None, thorough: bool = False
+) -> sql.Next | None:
     """Take the oldest dispatch record no leg has consumed yet, and claim its task as
     ``claim`` does. Return None when there is no such record, else the record and the claim
     (None when its task was not claimable: the record is consumed either way).
@@ -72,14 +74,49 @@ def claim_next(*, owner: str, drainer: str | None = None) -> sql.Next | None:
     without a broker round trip; that task's message, if one was sent, finds its record
     consumed and does nothing. With DRAINER (this process's name), the same statement
     refreshes the process's ``Drainer`` row for ``TASKDESK_DRAIN_WINDOW_SECONDS``.
+
+    The look starts at the oldest waiting record this process saw (``_Floor``) instead of
+    the start of the index, whose head fills with the entries of consumed records until
+    the table is vacuumed; at least once a second, and whenever THOROUGH, it starts from the
+    beginning (a record committed late, under an older id, is found then).
     """
-    return sql.hot_path().claim_next(
+    floor = _floor.take(thorough)
+    found = sql.hot_path().claim_next(
         owner=owner,
         now=timezone.now(),
         lease_seconds=_lease_seconds(),
         drainer=drainer,
         window=settings.TASKDESK_DRAIN_WINDOW_SECONDS,
+        floor=floor,
     )
+    _floor.saw(found)
+    return found
+
+
+class _Floor:
+    """The oldest waiting dispatch record this process last saw: no older one was waiting
+    then, but for one whose transaction was still committing."""
+
+    THOROUGH_EVERY = 1.0
+
+    def __init__(self) -> None:
+        self.value = 0
+        self.since = float("-inf")
+
+    def take(self, thorough: bool) -> int:
+        if thorough or time.monotonic() - self.since > self.THOROUGH_EVERY:
+            self.value = 0
+        return self.value
+
+    def saw(self, found: sql.Next | None) -> None:
+        if found is None or found.oldest is None:
+            return
+        if self.value == 0:
+            self.since = time.monotonic()  # a thorough look
+        self.value = found.oldest
+
+
+_floor = _Floor()
 
 
 def forget_stale_drainers() -> int:

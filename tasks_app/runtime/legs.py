@@ -125,7 +125,7 @@ def run_waiting_legs(*, seconds: float) -> int:
                 # Leave, then look once more: a record that a web process left to this one
                 # after reading its row is committed by now.
                 draining = _leave(name)
-                found = leases.claim_next(owner=owner)
+                found = leases.claim_next(owner=owner, thorough=True)
                 if found is None:
                     break  # nothing is waiting
             _recruit_if_behind(found)

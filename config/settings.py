@@ -196,6 +196,10 @@ MIDDLEWARE = [
     "axes.middleware.AxesMiddleware",
 ]
 
+# Flash messages (the operator console's) live in the session: the default cookie storage
+# built a cookie signer on every request, /mcp included.
+MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
+
 ROOT_URLCONF = "config.urls"
 WSGI_APPLICATION = "config.wsgi.application"
 ASGI_APPLICATION = "config.asgi.application"

@@ -2,9 +2,28 @@
 
 from __future__ import annotations
 
+import copy
 from typing import Any
 
 from rest_framework import serializers
+
+
+class Params(serializers.Serializer[None]):
+    """A method's params. DRF deep-copies every declared field for each serializer it
+    builds, running each field's ``__init__`` again; for the handful of flat fields of a
+    request's params that cost more than validating them. A shallow copy is enough for a
+    field without fields of its own (not a serializer, no ``child``): binding sets only the
+    copy's own name and parent, and validation changes nothing else on it."""
+
+    def get_fields(self) -> dict[str, serializers.Field[Any, Any, Any, Any]]:
+        return {
+            name: copy.deepcopy(field) if _has_fields(field) else copy.copy(field)
+            for name, field in self._declared_fields.items()
+        }
+
+
+def _has_fields(field: serializers.Field[Any, Any, Any, Any]) -> bool:
+    return isinstance(field, serializers.BaseSerializer) or hasattr(field, "child")
 
 
 class JSONObjectField(serializers.Field[dict[str, Any], Any, Any, Any]):
@@ -81,11 +100,11 @@ def _name(max_length: int = 200) -> StringField:
     return StringField(max_length=max_length)
 
 
-class ListParams(serializers.Serializer[None]):
+class ListParams(Params):
     cursor = StringField(required=False, allow_blank=True)
 
 
-class MrtrParams(serializers.Serializer[None]):
+class MrtrParams(Params):
     """The retry fields of a request that may answer with ``input_required`` (SEP-2322)."""
 
     inputResponses = InputResponsesField(required=False)
@@ -112,7 +131,7 @@ class ResourcesReadParams(MrtrParams):
     uri = _name(max_length=4096)
 
 
-class TaskParams(serializers.Serializer[None]):
+class TaskParams(Params):
     taskId = _name()
 
 
@@ -120,13 +139,13 @@ class TasksUpdateParams(TaskParams):
     inputResponses = InputResponsesField()
 
 
-class InitializeParams(serializers.Serializer[None]):
+class InitializeParams(Params):
     protocolVersion = _name(max_length=64)
     capabilities = JSONObjectField(required=False, default=dict, null_is_empty=True)
     clientInfo = JSONObjectField(required=False, default=dict, null_is_empty=True)
 
 
-class SetLevelParams(serializers.Serializer[None]):
+class SetLevelParams(Params):
     level = serializers.ChoiceField(
         choices=["debug", "info", "notice", "warning", "error", "critical", "alert", "emergency"]
     )
@@ -143,7 +162,7 @@ class CompletionArgumentSerializer(serializers.Serializer[None]):
     value = StringField(allow_blank=True)
 
 
-class CompletionParams(serializers.Serializer[None]):
+class CompletionParams(Params):
     ref = CompletionRefSerializer()
     argument = CompletionArgumentSerializer()
     # Shadows Serializer.context only for the type checker: the serializer's metaclass takes

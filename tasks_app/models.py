@@ -140,16 +140,13 @@ class Task(models.Model):
                 condition=Q(finished_at__isnull=False),
                 name="task_finished",
             ),
+            # Leased tasks only (a running leg, or one undoing a cancelled task's effects): the
+            # lease sweeper's expired leases, and the legs each tenant has running (fair
+            # claiming, tasks_app.sql).
             models.Index(
                 fields=["lease_expires_at"],
-                condition=Q(status="working"),
-                name="task_working_lease",
-            ),
-            # A cancelled task holds a lease only while a leg undoes its effects.
-            models.Index(
-                fields=["lease_expires_at"],
-                condition=Q(status="cancelled", lease_expires_at__isnull=False),
-                name="task_compensating_lease",
+                condition=Q(lease_expires_at__isnull=False),
+                name="task_leased",
             ),
         ]
 
@@ -209,9 +206,17 @@ class EventKind(models.TextChoices):
 
 
 class TaskEvent(models.Model):
-    """Append-only timeline of a task: what happened, who did it, when."""
+    """Append-only timeline of a task: what happened, who did it, when.
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="events")
+    Every task writes three of these on its way (accepted, leg started, completed), each in
+    the statement that changes the task itself, so the foreign key is not checked by the
+    database (``db_constraint=False``): the check locked the task row once per event (a
+    WAL record each). Deleting a task deletes its events (``on_delete``, done by Django).
+    """
+
+    task = models.ForeignKey(
+        Task, on_delete=models.CASCADE, related_name="events", db_constraint=False, db_index=False
+    )
     kind = models.CharField(max_length=50, choices=EventKind.choices)
     actor_type = models.CharField(max_length=20, choices=Actor.choices)
     actor = models.CharField(max_length=200, blank=True)
@@ -223,6 +228,7 @@ class TaskEvent(models.Model):
 
     class Meta:
         ordering = ["created_at", "id"]
+        indexes = [models.Index(fields=["task"], name="event_task")]
 
     def __str__(self) -> str:
         return f"{self.kind} on {self.task_id}"
@@ -300,13 +306,30 @@ class Dispatch(models.Model):
 
     Written in the caller's transaction; published after commit; a periodic sweeper
     publishes whatever is still unpublished (broker outage, process killed in between).
+
+    Written with its task (in the statement that inserts it, or in the transaction that
+    changes it), so neither foreign key is checked by the database (``db_constraint=False``):
+    on every new task the checks locked the task's and the tenant's rows, one tenant row
+    shared by every concurrent call. Deleting a task deletes its records (Django).
     """
 
-    task = models.ForeignKey(Task, on_delete=models.CASCADE, related_name="dispatches")
+    task = models.ForeignKey(
+        Task,
+        on_delete=models.CASCADE,
+        related_name="dispatches",
+        db_constraint=False,
+        db_index=False,
+    )
     # The task's tenant, copied here so that a worker can take the oldest waiting record of
     # each tenant through one index (``sql`` claim_next: fair claiming across tenants).
     tenant = models.ForeignKey(
-        Tenant, on_delete=models.CASCADE, null=True, blank=True, db_index=False, related_name="+"
+        Tenant,
+        on_delete=models.CASCADE,
+        null=True,
+        blank=True,
+        db_index=False,
+        db_constraint=False,
+        related_name="+",
     )
     reason = models.CharField(max_length=50)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -321,6 +344,8 @@ class Dispatch(models.Model):
 
     class Meta:
         indexes = [
+            # A task's records (its timeline, the purge).
+            models.Index(fields=["task"], name="dispatch_task"),
             # The sweeper's query: unpublished records, oldest first.
             models.Index(
                 fields=["created_at"],

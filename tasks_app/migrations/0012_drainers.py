@@ -4,17 +4,16 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasks_app', '0011_worker_heartbeat_queues'),
+        ("tasks_app", "0011_worker_heartbeat_queues"),
     ]
 
     operations = [
         migrations.CreateModel(
-            name='Drainer',
+            name="Drainer",
             fields=[
-                ('name', models.CharField(max_length=200, primary_key=True, serialize=False)),
-                ('until', models.DateTimeField()),
+                ("name", models.CharField(max_length=200, primary_key=True, serialize=False)),
+                ("until", models.DateTimeField()),
             ],
         ),
     ]

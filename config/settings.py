@@ -183,6 +183,8 @@ MIDDLEWARE = [
     # Request ids and the MCP request metrics; first, so it sees every answer.
     "tasks_app.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # /mcp leaves here for its view: the rest serves the pages (tasks_app/middleware.py).
+    "tasks_app.middleware.McpRouteMiddleware",
     "csp.middleware.CSPMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",

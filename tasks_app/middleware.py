@@ -89,3 +89,36 @@ class RequestContextMiddleware:
             seconds * 1000,
         )
         return method, code
+
+
+class McpRouteMiddleware:
+    """``/mcp`` goes straight to the MCP view, past the middleware of the pages.
+
+    Placed after the request context and ``SecurityMiddleware``, so every MCP answer still
+    gets its request id, metrics, log line and the security headers, and the Host header is
+    checked here as ``CommonMiddleware`` checks it for the pages. What follows in
+    ``MIDDLEWARE`` serves the operator console: static files, sessions, CSRF, logins, flash
+    messages, htmx, lockouts and the pages' content security policy; none of it applies to a
+    bearer-token JSON endpoint, and running it cost every MCP request a fifth of its CPU. An
+    MCP answer instead carries the fixed policy an API needs (nothing may load from it, and
+    nothing may frame it).
+    """
+
+    POLICY = "default-src 'none'; frame-ancestors 'none'"
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        from tasks_app.mcp.views import McpView
+
+        self.get_response = get_response
+        self.view = McpView.as_view()
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        if request.path_info != MCP_PATH:
+            return self.get_response(request)
+        # Django checks the Host header against ALLOWED_HOSTS when something asks for it
+        # (CommonMiddleware, for the pages): DNS rebinding must not reach a local server.
+        request.get_host()
+        response = self.view(request)
+        response.setdefault("Content-Security-Policy", self.POLICY)
+        response.setdefault("X-Frame-Options", "DENY")
+        return response

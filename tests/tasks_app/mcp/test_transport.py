@@ -267,3 +267,24 @@ def test_anonymous_mode_maps_tokenless_requests_to_one_client(mcp, settings) -> 
     assert trial.tenant.slug == "trial"
     # A bad token is still refused: anonymous mode only covers requests without one.
     assert_error(mcp.post(request("tools/list"), token="tdk_wrong"), 401, -32600)
+
+
+# --- the middleware an MCP request goes through ------------------------------------------------
+
+
+def test_an_mcp_answer_carries_the_api_headers_and_no_page_machinery(mcp) -> None:  # type: ignore[no-untyped-def]
+    response = mcp.post(request("tools/list"))
+
+    assert response.status_code == 200
+    assert response["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"
+    assert response["X-Frame-Options"] == "DENY"
+    assert response["X-Content-Type-Options"] == "nosniff"  # SecurityMiddleware ran
+    assert response["X-Request-ID"]  # so did the request context
+    assert not response.cookies  # no session, no CSRF cookie
+
+
+def test_an_mcp_error_carries_them_too(mcp) -> None:  # type: ignore[no-untyped-def]
+    response = mcp.post(request("tools/list"), token=None, headers={"Authorization": "Bearer x"})
+
+    assert response.status_code == 401
+    assert response["Content-Security-Policy"] == "default-src 'none'; frame-ancestors 'none'"

@@ -852,6 +852,24 @@ SELECT old_task.*, NULL FROM old_task
         row = fetch_prepared(self._drained_sql, {})
         return bool(row and row[0])
 
+    # --- reads ------------------------------------------------------------------------------
+
+    @cached_property
+    def _task_for_client_sql(self) -> str:
+        names = ", ".join(self.q(column.name) for column in task_columns())
+        return (
+            f"SELECT {names} FROM {self._tables['task']} "
+            "WHERE id = %(task_id)s AND client_id = %(client_id)s"
+        )
+
+    def task_for_client(self, client_id: int, task_id: str) -> Task | None:
+        # Every tasks/get: prepared, on a plain psycopg cursor (Django's cursor wrapper and
+        # client-side binding cost more than the read).
+        row = fetch_prepared(
+            self._task_for_client_sql, {"task_id": task_id, "client_id": client_id}
+        )
+        return None if row is None else task_from_row(self.db, task_columns(), row)
+
     # --- the end of a leg -------------------------------------------------------------------
 
     @cache  # noqa: B019 (one instance per process)

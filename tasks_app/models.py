@@ -346,10 +346,10 @@ class Dispatch(models.Model):
         indexes = [
             # A task's records (its timeline, the purge).
             models.Index(fields=["task"], name="dispatch_task"),
-            # The sweeper's query: unpublished records, oldest first.
+            # The sweeper's query: unpublished records no leg took, oldest first.
             models.Index(
                 fields=["created_at"],
-                condition=Q(published_at__isnull=True),
+                condition=Q(published_at__isnull=True, consumed_at__isnull=True),
                 name="dispatch_unpublished",
             ),
             # Records no leg consumed yet, oldest first: what a worker that just ended a leg

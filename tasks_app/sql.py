@@ -220,6 +220,17 @@ class Next:
 
 
 @dataclass(frozen=True)
+class Looked:
+    """What a look for the next record found (``claim_next``): ``taken`` or nothing, and the
+    ids that bound where the next look may start (PostgreSQL only: ``oldest``, the oldest
+    record waiting from the floor up; ``newest``, when nothing was, the newest record id)."""
+
+    taken: Next | None
+    oldest: int | None = None
+    newest: int | None = None
+
+
+@dataclass(frozen=True)
 class Ending:
     """The end of a leased task: its terminal STATUS, the event KIND and what to write."""
 
@@ -433,10 +444,10 @@ class Portable:
         drainer: str | None = None,
         window: float = 0.0,
         floor: int = 0,
-    ) -> Next | None:
+    ) -> Looked:
         """Consume the next dispatch record no leg consumed (fair across tenants:
-        ``_fair_next``) and claim its task as ``claim`` does. None when there is no such
-        record. With DRAINER, first write that process's ``Drainer`` row: it looks for the
+        ``_fair_next``) and claim its task as ``claim`` does; ``taken`` is None when there is
+        no such record. With DRAINER, first write that process's ``Drainer`` row: it looks for the
         next record within WINDOW seconds of the database's time (whether or not one was
         found here). FLOOR: look only at records from that id up (a hint PostgreSQL uses,
         ``leases.claim_next``)."""
@@ -447,11 +458,11 @@ class Portable:
                 cursor.execute(self._fair_next(), [])  # [] : the placeholders' escapes apply
                 record = cursor.fetchone()
             if record is None:
-                return None
+                return Looked(None)
             dispatch_id, task_id, created_at, oldest = record
             with self.db.cursor() as cursor:
                 claim = self._claim(cursor, task_id, dispatch_id, owner, now, lease_seconds)
-                return Next(dispatch_id, claim, _as_datetime(created_at), oldest)
+            return Looked(Next(dispatch_id, claim, _as_datetime(created_at), oldest), oldest)
 
     # --- drainers (``models.Drainer``) -------------------------------------------------------
 
@@ -799,10 +810,11 @@ SELECT old_task.*, NULL FROM old_task
             {self._started("consumed.id", "claimed, consumed")}
         )
         SELECT consumed.id, consumed.task_id, consumed.created_at, (SELECT oldest FROM next),
+            CASE WHEN consumed.id IS NULL THEN (SELECT max(id) FROM {t["dispatch"]}) END,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
             claimed.has_journal, claimed.status, claimed.lease_expires_at,
             claimed.cancel_requested_at, consumed.context
-        FROM consumed LEFT JOIN claimed ON true
+        FROM (SELECT 1) AS one LEFT JOIN consumed ON true LEFT JOIN claimed ON true
     """
 
     def _claim_params(self, owner: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
@@ -831,15 +843,16 @@ SELECT old_task.*, NULL FROM old_task
         drainer: str | None = None,
         window: float = 0.0,
         floor: int = 0,
-    ) -> Next | None:
+    ) -> Looked:
         params = self._claim_params(owner, now, lease_seconds)
         params.update(drainer=drainer, window=float(window), floor=floor)
         row = fetch_prepared(self._claim_next_sql, params)
-        if row is None:
-            return None
-        dispatch_id, task_id, created_at, oldest, *claimed = row
+        assert row is not None  # always one row
+        dispatch_id, task_id, created_at, oldest, newest, *claimed = row
+        if dispatch_id is None:
+            return Looked(None, None, newest)
         claim = None if claimed[0] is None else self._claimed(task_id, owner, tuple(claimed))
-        return Next(dispatch_id, claim, created_at, oldest)
+        return Looked(Next(dispatch_id, claim, created_at, oldest), oldest)
 
     @cached_property
     def _drained_sql(self) -> str:

@@ -69,4 +69,16 @@ class Migration(migrations.Migration):
             model_name="taskevent",
             index=models.Index(fields=["task"], name="event_task"),
         ),
+        migrations.RemoveIndex(
+            model_name="dispatch",
+            name="dispatch_unpublished",
+        ),
+        migrations.AddIndex(
+            model_name="dispatch",
+            index=models.Index(
+                condition=models.Q(("consumed_at__isnull", True), ("published_at__isnull", True)),
+                fields=["created_at"],
+                name="dispatch_unpublished",
+            ),
+        ),
     ]

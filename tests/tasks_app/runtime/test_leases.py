@@ -203,33 +203,67 @@ def test_records_written_before_records_had_tenants_are_still_taken(alice) -> No
 # --- where a worker starts looking ------------------------------------------------------------
 
 
-def test_a_record_below_the_floor_is_found_by_the_thorough_look(alice, monkeypatch) -> None:
-    """The look for the next record starts at the oldest waiting record seen last time; one
-    committed late under an older id is found when the worker looks thoroughly (before it
-    stops, and at least once a second)."""
+def _floor(monkeypatch, *, hint: int, low: int, full_ago: float = 0.0) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setattr(leases._floor, "hint", hint)
+    monkeypatch.setattr(leases._floor, "low", low)
+    monkeypatch.setattr(leases._floor, "full_at", time.monotonic() - full_ago)
+
+
+def record_of(task: Task) -> int:
+    return Dispatch.objects.get(task=task).pk
+
+
+# The bounds are PostgreSQL's (its index keeps the entries of consumed records until
+# vacuumed); SQLite always looks from the start.
+
+
+@pytest.mark.postgres
+def test_a_record_below_the_hint_is_found_by_a_thorough_look(alice, monkeypatch) -> None:
+    """A look starts at the oldest record waiting last time; one committed late under an
+    older id is found by the thorough look a drainer makes before it stops."""
     late, early = submit(alice, "noop"), submit(alice, "noop")
-    late_record = Dispatch.objects.get(task=late).pk
-    monkeypatch.setattr(leases._floor, "value", Dispatch.objects.get(task=early).pk)
-    monkeypatch.setattr(leases._floor, "since", time.monotonic())
+    _floor(monkeypatch, hint=record_of(early), low=record_of(late))
 
     first = leases.claim_next(owner="w:1:a")
     assert first is not None and first.claim is not None
-    if connection.vendor == "postgresql":  # the hint is PostgreSQL's (dead index entries)
-        assert first.claim.task.pk == early.pk
-        assert leases.claim_next(owner="w:1:a") is None  # below the floor: not seen
+    assert first.claim.task.pk == early.pk
+    assert leases.claim_next(owner="w:1:a") is None  # below the hint: not seen
     found = leases.claim_next(owner="w:1:a", thorough=True)
-    if connection.vendor == "postgresql":
-        assert found is not None and found.dispatch_id == late_record
-    assert not Dispatch.objects.filter(consumed_at__isnull=True).exists()
+    assert found is not None and found.dispatch_id == record_of(late)
 
 
-def test_a_drainer_finds_a_record_below_its_floor_before_it_stops(alice, monkeypatch) -> None:
+@pytest.mark.postgres
+def test_a_record_below_every_bound_is_found_by_the_next_full_look(alice, monkeypatch) -> None:
     late, early = submit(alice, "noop"), submit(alice, "noop")
-    monkeypatch.setattr(leases._floor, "value", Dispatch.objects.get(task=early).pk)
-    monkeypatch.setattr(leases._floor, "since", time.monotonic())
+    _floor(monkeypatch, hint=record_of(early), low=record_of(early))
+    leases.claim_next(owner="w:1:a")  # takes early
+    assert leases.claim_next(owner="w:1:a", thorough=True) is None
+
+    monkeypatch.setattr(leases._floor, "full_at", time.monotonic() - leases._Floor.FULL_EVERY - 1)
+    found = leases.claim_next(owner="w:1:a")
+
+    assert found is not None and found.dispatch_id == record_of(late)
+
+
+def test_a_drainer_finds_a_record_below_its_hint_before_it_stops(alice, monkeypatch) -> None:
+    late, early = submit(alice, "noop"), submit(alice, "noop")
+    _floor(monkeypatch, hint=record_of(early), low=record_of(late))
 
     assert runtime.run_waiting_legs(seconds=5) == 2
 
     for task in (late, early):
         task.refresh_from_db()
         assert task.status == Status.COMPLETED
+
+
+def test_after_an_empty_look_the_next_starts_past_the_newest_record(alice, monkeypatch) -> None:
+    task = submit(alice, "noop")
+    leases.claim_next(owner="w:1:a")
+
+    assert leases.claim_next(owner="w:1:a", thorough=True) is None
+
+    if connection.vendor == "postgresql":  # past the newest record: nothing to walk over
+        assert leases._floor.hint == record_of(task) + 1
+    newer = submit(alice, "noop")
+    found = leases.claim_next(owner="w:1:a")
+    assert found is not None and found.dispatch_id == record_of(newer)

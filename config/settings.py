@@ -241,6 +241,13 @@ if DATABASE_URL:
     # pooler that cannot keep them, such as PgBouncer before 1.21 in transaction mode.
     if _postgresql and env_bool("DB_PREPARED_STATEMENTS", True):
         _db.setdefault("OPTIONS", {})["prepare_threshold"] = 5
+    # PostgreSQL's JIT compiles a query whose estimated cost passes jit_above_cost, on every
+    # execution: a prepared hot-path statement whose generic plan was costed high (stale
+    # statistics) spent 30 ms compiling to run for 0.3. These are short OLTP statements that
+    # never gain from it. DB_JIT=true leaves the server's setting alone (a pooler that refuses
+    # the startup option, such as PgBouncer without ignore_startup_parameters = options).
+    if _postgresql and not env_bool("DB_JIT", False):
+        _db.setdefault("OPTIONS", {})["options"] = "-c jit=off"
 else:
     _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(VAR_DIR / "taskdesk.sqlite3")}
 

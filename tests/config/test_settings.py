@@ -255,3 +255,28 @@ def test_hsts_covers_subdomains_and_preloads_only_when_asked(tmp_path) -> None: 
     )
     assert plain.stdout.split() == ["31536000", "False", "False"], plain.stderr
     assert asked.stdout.split() == ["31536000", "True", "True"], asked.stderr
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"), [(None, "-c jit=off"), ("false", "-c jit=off"), ("true", "None")]
+)
+def test_postgresql_jit_is_off_for_taskdesks_connections_unless_asked(  # type: ignore[no-untyped-def]
+    tmp_path, value, expected
+) -> None:
+    env = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/any"}
+    if value is not None:
+        env["DB_JIT"] = value
+    code = "from django.conf import settings as s; print(s.DATABASES['default']['OPTIONS'].get('options'))"
+    result = run_django(code, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db
+def test_the_connection_runs_without_jit() -> None:
+    from django.db import connection
+
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW jit")
+        assert cursor.fetchone() == ("off",)

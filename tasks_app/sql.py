@@ -526,14 +526,14 @@ class Portable:
         if row is None:
             return None
         claim = self._claimed(task_id, owner, (*row, origin))
-        event(Task(pk=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
+        event(Task(id=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
               leg=claim.task.leg, dispatch=dispatch_id)  # fmt: skip
         return claim
 
     def _claimed(self, task_id: str, owner: str, row: tuple[Any, ...]) -> Claim:
         tool_name, arguments, leg, client_id, has_journal, status, expires, cancel, origin = row
         task = Task(
-            pk=task_id,
+            id=task_id,  # not pk=: Model.__init__ would first draw a new id as the default
             client_id=client_id,
             tool_name=tool_name,
             arguments=_ARGUMENTS.from_db_value(arguments, _ARGUMENTS_COL, self.db),
@@ -622,7 +622,7 @@ class Portable:
                      lease_expires_at=None, **e.fields)  # fmt: skip
             if not changed:
                 return None
-            task = Task(pk=e.task_id)
+            task = Task(id=e.task_id)
             event(task, e.kind, actor_type=Actor.WORKER, actor=e.actor,
                   old_status=Status.WORKING, new_status=e.status, **e.detail)  # fmt: skip
             seams.pending_questions().close(task, reason=e.status)

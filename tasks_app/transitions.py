@@ -125,7 +125,7 @@ def _end_leased(
     if ended is None:
         raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner} (leg {lease_leg})")
     metrics.task_ended(tool=ended.tool_name, status=to, created_at=ended.created_at, now=now)
-    return Task(pk=task_id, status=to, finished_at=now, **fields)
+    return Task(id=task_id, status=to, finished_at=now, **fields)
 
 
 @transaction.atomic

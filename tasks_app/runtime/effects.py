@@ -351,7 +351,7 @@ class EffectScope(EffectHandle):
             entry.outcome = outcome
             assert self.row is not None
             self._event(
-                Task(pk=self.row.task_id),
+                Task(id=self.row.task_id),
                 EventKind.EFFECT_RETRIED,
                 state=EffectState.INTENDED,
                 reason=f"attempt {len(attempts)} failed: {type(exc).__name__}: {exc}"[:500],
@@ -395,7 +395,7 @@ class EffectScope(EffectHandle):
                 settled_at=now if settled else None,
             )
             if changed:
-                self._event(Task(pk=row.task_id), kind, state=state, **event_detail)
+                self._event(Task(id=row.task_id), kind, state=state, **event_detail)
         if changed:
             row.state, row.detail = state, new_detail
         else:
@@ -442,7 +442,7 @@ def compensate_all(ctx: Leg, *, reason: str) -> None:
             log.warning("compensation failed task=%s effect=%s: %s", ctx.task_id, comp.name, exc)
             with ctx.shielded(), transaction.atomic():
                 ctx.owned_task()
-                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATION_FAILED,
+                event(Task(id=ctx.task_id), EventKind.EFFECT_COMPENSATION_FAILED,
                       actor_type=Actor.WORKER, actor=ctx.owner, effect=comp.name, key=comp.key,
                       reason=reason, error=f"{type(exc).__name__}: {exc}")  # fmt: skip
             continue
@@ -452,7 +452,7 @@ def compensate_all(ctx: Leg, *, reason: str) -> None:
             if Effect.objects.filter(pk=comp.effect_id, state=EffectState.CONFIRMED).update(
                 state=EffectState.COMPENSATED, updated_at=now
             ):
-                event(Task(pk=ctx.task_id), EventKind.EFFECT_COMPENSATED,
+                event(Task(id=ctx.task_id), EventKind.EFFECT_COMPENSATED,
                       actor_type=Actor.WORKER, actor=ctx.owner, effect=comp.name, key=comp.key,
                       reason=reason)  # fmt: skip
 
@@ -527,7 +527,7 @@ def strand_intended_of_finished(*, now: datetime | None = None, limit: int = 100
             if Effect.objects.filter(pk=effect_id, state=EffectState.INTENDED).update(
                 state=EffectState.UNKNOWN, updated_at=now
             ):
-                event(Task(pk=task_id), EventKind.EFFECT_UNKNOWN, actor_type=Actor.SYSTEM,
+                event(Task(id=task_id), EventKind.EFFECT_UNKNOWN, actor_type=Actor.SYSTEM,
                       actor="retention", effect=name, seq=seq, key=key,
                       state=EffectState.UNKNOWN,
                       reason="its task ended before the outcome was recorded")  # fmt: skip

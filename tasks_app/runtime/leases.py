@@ -336,7 +336,7 @@ def redispatch_expired_leases(*, limit: int = 500) -> int:
             if not sql.hot_path().expire_lease(task_id=task_id, status=status, owner=owner,
                                                now=now):  # fmt: skip
                 continue
-            task = Task(pk=task_id)
+            task = Task(id=task_id)
             event(task, EventKind.LEASE_EXPIRED, actor_type=Actor.SYSTEM, owner=owner, leg=leg)
             reason = "lease_expired" if status == Status.WORKING else dispatch.COMPENSATE
             dispatch.enqueue(task, reason=reason)

@@ -296,7 +296,7 @@ def _end_undo(task_id: str, owner: str, *, leg: int, error: str) -> LegOutcome:
             return LegOutcome.LEASE_LOST
         detail: dict[str, Any] = {"leg": leg} | ({"error": error} if error else {})
         event(
-            Task(pk=task_id),
+            Task(id=task_id),
             EventKind.UNDO_FINISHED,
             actor_type=Actor.WORKER,
             actor=owner,

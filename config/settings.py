@@ -527,6 +527,9 @@ TASKDESK_WAITING_LEGS_SECONDS = env_float("TASKDESK_WAITING_LEGS_SECONDS", 1.0, 
 # long; while it does, a new task's record needs no broker message (tasks_app/dispatch.py).
 # A leg that runs longer lets it lapse, and new records get their message again.
 TASKDESK_DRAIN_WINDOW_SECONDS = env_float("TASKDESK_DRAIN_WINDOW_SECONDS", 0.25, minimum=0.01)
+# With nothing waiting, such a process stands by for the rest of that time (PostgreSQL): a web
+# process hands it the next new task through LISTEN/NOTIFY, no message either. 0: it stops.
+TASKDESK_DRAIN_STANDBY = env_bool("TASKDESK_DRAIN_STANDBY", True)
 # A process that takes a record which waited this long asks, at most once a second, for
 # another worker process to join it (one message that any idle worker takes).
 TASKDESK_DRAIN_RECRUIT_SECONDS = env_float("TASKDESK_DRAIN_RECRUIT_SECONDS", 1.0, minimum=0)

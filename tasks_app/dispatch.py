@@ -124,20 +124,35 @@ def publish_on_commit(dispatch_id: int, task_id: str, *, unless_drained: bool = 
 def _publish_traced(
     dispatch_id: int, task_id: str, trace: dict[str, str], unless_drained: bool
 ) -> None:
-    if unless_drained and _drained():
+    if unless_drained and _left_to_drainers(dispatch_id, task_id):
         return  # a draining worker takes it from the table
     with tracing.continued(trace, "publish", dispatch=dispatch_id, task_id=task_id):
         _publisher.publish((dispatch_id, task_id))
 
 
-def _drained() -> bool:
+def _left_to_drainers(dispatch_id: int, task_id: str) -> bool:
+    """Hand the record to a drainer standing by, or leave it to one draining; False when
+    there is none (the record needs its message)."""
     if settings.TASKDESK_WAITING_LEGS_SECONDS <= 0:
         return False  # no worker drains: every record gets its message
     try:
-        return sql.hot_path().drained()
+        handed, drained = sql.hot_path().hand_off(handoff_payload(dispatch_id, task_id))
     except DatabaseError as exc:  # publishing is always safe
         log.warning("draining workers not looked up (the database: %s)", exc)
         return False
+    return handed or drained
+
+
+def handoff_payload(dispatch_id: int, task_id: str) -> str:
+    return f"{dispatch_id} {task_id}"
+
+
+def parse_handoff(payload: str) -> Pending | None:
+    """The (dispatch id, task id) of a hand-off notification, None if it is not one."""
+    dispatch_id, _, task_id = payload.partition(" ")
+    if not dispatch_id.isdigit() or not task_id:
+        return None
+    return int(dispatch_id), task_id
 
 
 def wake(why: str) -> bool:

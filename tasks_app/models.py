@@ -385,10 +385,17 @@ class Drainer(models.Model):
     then looking once more, so a record committed before another process read the row is
     always seen; a killed process's row goes stale within ``TASKDESK_DRAIN_WINDOW_SECONDS``,
     and the sweeper publishes what it left.
+
+    A drainer that finds nothing waiting stands by (PostgreSQL): ``standby`` is set, and it
+    waits on ``LISTEN channel`` for the rest of its time. A web process hands a new record to
+    one standing-by drainer (clearing ``standby`` and notifying its channel in one statement)
+    instead of publishing a message.
     """
 
     name = models.CharField(max_length=200, primary_key=True)
     until = models.DateTimeField()
+    standby = models.BooleanField(default=False)
+    channel = models.CharField(max_length=63, blank=True)
 
     def __str__(self) -> str:
         return f"{self.name} until {self.until}"

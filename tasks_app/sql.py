@@ -469,9 +469,22 @@ class Portable:
     @cached_property
     def _drainer_upsert(self) -> str:
         return (
-            f"INSERT INTO {self._tables['drainer']} (name, until) VALUES (%s, {self._db_later}) "
-            "ON CONFLICT (name) DO UPDATE SET until = excluded.until"
+            f"INSERT INTO {self._tables['drainer']} (name, until, standby, channel) "
+            f"VALUES (%s, {self._db_later}, false, '') "
+            "ON CONFLICT (name) DO UPDATE SET until = excluded.until, standby = false"
         )
+
+    # Standing by (waiting for a record handed over) needs LISTEN/NOTIFY: PostgreSQL only.
+    can_stand_by = False
+
+    def stand_by(self, drainer: str, *, channel: str, seconds: float) -> None:
+        raise NotImplementedError("standing by needs PostgreSQL's LISTEN/NOTIFY")
+
+    def hand_off(self, payload: str) -> tuple[bool, bool]:
+        """Hand a new record (PAYLOAD: "dispatch_id task_id") to a drainer standing by, if
+        one is; return (handed over, some drainer is fresh). Without standing by, only the
+        second."""
+        return False, self.drained()
 
     def withdraw(self, drainer: str) -> None:
         """Delete DRAINER's row: that process takes no more records without a message."""
@@ -796,10 +809,11 @@ SELECT old_task.*, NULL FROM old_task
         claimed = self._claim_cte(task="(SELECT task_id FROM consumed)", dispatch="")
         return f"""
         WITH drainer AS (
-            INSERT INTO {t["drainer"]} (name, until)
-            SELECT %(drainer)s::text, statement_timestamp() + make_interval(secs => %(window)s)
+            INSERT INTO {t["drainer"]} (name, until, standby, channel)
+            SELECT %(drainer)s::text, statement_timestamp() + make_interval(secs => %(window)s),
+                false, ''
             WHERE %(drainer)s::text IS NOT NULL
-            ON CONFLICT (name) DO UPDATE SET until = excluded.until
+            ON CONFLICT (name) DO UPDATE SET until = excluded.until, standby = false
         ), next AS (
             {self._fair_next(lock=" FOR UPDATE SKIP LOCKED", floor=" AND d2.id >= %(floor)s")}
         ), consumed AS (
@@ -864,6 +878,46 @@ SELECT old_task.*, NULL FROM old_task
     def drained(self) -> bool:
         row = fetch_prepared(self._drained_sql, {})
         return bool(row and row[0])
+
+    can_stand_by = True
+
+    def stand_by(self, drainer: str, *, channel: str, seconds: float) -> None:
+        """Mark DRAINER as standing by until the database's time plus SECONDS, listening on
+        CHANNEL (the caller LISTENs on it first)."""
+        t = self._tables
+        fetch_prepared(
+            f"""INSERT INTO {t["drainer"]} (name, until, standby, channel)
+            VALUES (%(name)s, statement_timestamp() + make_interval(secs => %(seconds)s), true,
+                %(channel)s)
+            ON CONFLICT (name) DO UPDATE SET until = excluded.until, standby = true,
+                channel = excluded.channel
+            RETURNING 1""",
+            {"name": drainer, "seconds": float(seconds), "channel": channel},
+        )
+
+    @cached_property
+    def _hand_off_sql(self) -> str:
+        t = self._tables
+        return f"""
+        WITH picked AS (
+            UPDATE {t["drainer"]} SET standby = false
+            WHERE name = (
+                SELECT name FROM {t["drainer"]}
+                WHERE standby AND until > statement_timestamp()
+                LIMIT 1 FOR UPDATE SKIP LOCKED
+            )
+            RETURNING channel
+        ), notified AS (
+            SELECT pg_notify(channel, %(payload)s) FROM picked
+        )
+        SELECT (SELECT count(*) FROM notified) > 0,
+            EXISTS (SELECT 1 FROM {t["drainer"]} WHERE until > statement_timestamp())
+        """
+
+    def hand_off(self, payload: str) -> tuple[bool, bool]:
+        row = fetch_prepared(self._hand_off_sql, {"payload": payload})
+        assert row is not None
+        return bool(row[0]), bool(row[1])
 
     # --- reads ------------------------------------------------------------------------------
 

@@ -48,6 +48,9 @@ def _test_settings(settings):  # type: ignore[no-untyped-def]
         "staticfiles": {"BACKEND": "django.contrib.staticfiles.storage.StaticFilesStorage"},
     }
     settings.TASKDESK_TOOLSETS = ["demo", "conformance"]
+    # A leg run in the test process does not stand by for more work afterwards (the tests of
+    # standing by turn it on); the worker processes of live tests do, as shipped.
+    settings.TASKDESK_DRAIN_STANDBY = False
     # A cache namespace of its own for each test: rate-limit counts never carry over (the
     # shared cache may be a Redis server that outlives the test).
     settings.CACHES = {

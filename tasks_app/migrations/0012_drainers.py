@@ -14,6 +14,8 @@ class Migration(migrations.Migration):
             fields=[
                 ("name", models.CharField(max_length=200, primary_key=True, serialize=False)),
                 ("until", models.DateTimeField()),
+                ("standby", models.BooleanField(default=False)),
+                ("channel", models.CharField(blank=True, max_length=63)),
             ],
         ),
     ]

@@ -11,6 +11,7 @@ task through ``tasks_app.transitions``. The import graph stays one-way: jobs (``
 from __future__ import annotations
 
 from tasks_app.runtime.context import TaskContext
+from tasks_app.runtime.draining import run_waiting_legs
 from tasks_app.runtime.effects import (
     NotReconcilable,
     downstream_key,
@@ -18,7 +19,7 @@ from tasks_app.runtime.effects import (
     strand_intended_of_finished,
 )
 from tasks_app.runtime.leases import forget_stale_drainers, redispatch_expired_leases
-from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg, run_waiting_legs
+from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg
 from tasks_app.runtime.retries import dispatch_due_retries
 
 __all__ = [

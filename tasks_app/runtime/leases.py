@@ -181,7 +181,7 @@ class Lease:
         # database set its expiry one lease length after it received the claim (or the last
         # renewal), which was after SINCE, when the statement was sent.
         self.runs_out = since + _lease_seconds()
-        # A leg a drainer took (``legs.run_waiting_legs``): once it outlasts the drainer's
+        # A leg a drainer took (``runtime.draining``): once it outlasts the drainer's
         # window, records left to this process go out as messages (``dispatch``).
         self.lapses_at = (
             since + settings.TASKDESK_DRAIN_WINDOW_SECONDS + _LAPSE_MARGIN if drained else None

@@ -22,12 +22,9 @@ from __future__ import annotations
 
 import enum
 import logging
-import os
 import signal
-import socket
 import threading
 import time
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,9 +32,8 @@ from typing import Any
 
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
-from django.utils import timezone
 
-from tasks_app import dispatch, logcontext, metrics, sql, tracing, transitions
+from tasks_app import logcontext, metrics, sql, tracing, transitions
 from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
@@ -88,95 +84,14 @@ def run_leg(*, task_id: str, dispatch_id: int | None = None) -> LegOutcome:
         # A duplicate message, or one whose record a waiting leg consumed first: routine.
         log.debug("leg skipped task=%s dispatch=%s", task_id, dispatch_id)
         return LegOutcome.SKIPPED
-    return _run_claimed(claim, owner, dispatch_id, sent)
+    return run_claimed(claim, owner, dispatch_id, sent)
 
 
-def run_waiting_legs(*, seconds: float) -> int:
-    """Run legs of waiting tasks (dispatch records no leg consumed yet) one after another,
-    for up to SECONDS, without waiting for their messages. Return how many legs ran.
-
-    A worker calls this after each leg: when tasks arrive faster than the broker round trip
-    per message allows, they start at once instead of queueing behind their messages (which
-    then find their records consumed and do nothing). A leg already begun always finishes;
-    SECONDS only stops taking new ones.
-
-    While it runs, the process is a drainer (``models.Drainer``): each claim says it will
-    look again within ``TASKDESK_DRAIN_WINDOW_SECONDS``, and web processes leave new records
-    to it instead of sending messages (``tasks_app.dispatch``). It stops by deleting its row
-    and then looking once more, so nothing left to it is missed; if its time runs out with
-    records still waiting it sends one message to hand them on.
-    """
-    deadline = time.monotonic() + seconds
-    name = drainer_name()
-    ran = 0
-    draining = False
-    try:
-        while True:
-            if time.monotonic() >= deadline:
-                draining = _leave(name)
-                if leases.waiting():
-                    dispatch.wake("waiting legs handed on")
-                break
-            owner = leases.new_owner()
-            sent = time.monotonic()
-            found = leases.claim_next(owner=owner, drainer=name)
-            draining = True
-            if found is None:
-                # Leave, then look once more: a record that a web process left to this one
-                # after reading its row is committed by now.
-                draining = _leave(name)
-                found = leases.claim_next(owner=owner, thorough=True)
-                if found is None:
-                    break  # nothing is waiting
-            _recruit_if_behind(found)
-            if found.claim is not None:
-                _run_claimed(found.claim, owner, found.dispatch_id, sent, drained=draining)
-                ran += 1
-    finally:
-        if draining:
-            _leave(name)
-    return ran
-
-
-_drainer: dict[int, str] = {}
-_recruited = 0.0
-
-
-def drainer_name() -> str:
-    """This process's name as a drainer (host, pid and a random part: a pid is reused)."""
-    pid = os.getpid()
-    name = _drainer.get(pid)
-    if name is None:
-        _drainer.clear()
-        name = _drainer[pid] = f"{socket.gethostname()}:{pid}:{uuid.uuid4().hex[:8]}"
-    return name
-
-
-def _leave(name: str) -> bool:
-    """Delete this process's drainer row; False (no longer draining)."""
-    sql.hot_path().withdraw(name)
-    return False
-
-
-def _recruit_if_behind(found: sql.Next) -> None:
-    """Ask for another worker process (at most once a second) when the record just taken
-    waited longer than ``TASKDESK_DRAIN_RECRUIT_SECONDS``: the drainers fall behind, and
-    workers without a message would otherwise stay idle."""
-    global _recruited
-    if found.created_at is None:
-        return
-    waited = (timezone.now() - found.created_at).total_seconds()
-    now = time.monotonic()
-    if waited > settings.TASKDESK_DRAIN_RECRUIT_SECONDS and now - _recruited > 1.0:
-        _recruited = now
-        dispatch.wake(f"a waiting record waited {waited:.1f} s")
-
-
-def _run_claimed(
+def run_claimed(
     claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float, *, drained: bool = False
 ) -> LegOutcome:
     """Run the leg CLAIM took (its claim was sent at monotonic time SENT; DRAINED: by this
-    process as a drainer)."""
+    process as a drainer, ``runtime.draining``)."""
     # Every line of the leg (the tool's ctx.log lines too) names the task, and the request
     # that wrote the dispatch record (for a first leg, the call that created the task).
     task = claim.task

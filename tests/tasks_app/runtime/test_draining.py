@@ -6,6 +6,7 @@ Messages are read back from the run's real broker (``broker_messages``).
 
 from __future__ import annotations
 
+import threading
 import time
 from datetime import timedelta
 
@@ -13,10 +14,11 @@ import pytest
 import time_machine
 from django.utils import timezone
 
-from tasks_app import dispatch, runtime, sql
-from tasks_app.models import Dispatch, Drainer, Status, Task
-from tasks_app.runtime import leases, legs
+from tasks_app import acceptance, dispatch, runtime, sql
+from tasks_app.models import Dispatch, Drainer, Era, Status, Task
+from tasks_app.runtime import draining, leases, legs
 from tasks_app.tasks import run_task_job
+from tasks_app.tools import get_tool
 from tests.tasks_app.runtime.helpers import submit
 from tests.tasks_app.test_acceptance_dispatch import accept, broker_messages
 
@@ -76,7 +78,7 @@ def test_with_waiting_legs_turned_off_every_record_is_published(
 
 def test_a_drainer_holds_a_row_while_it_runs_legs_and_deletes_it_when_done(alice) -> None:
     seen: list[list[str]] = []
-    original = legs._run_claimed
+    original = legs.run_claimed
 
     def run(*args, **kwargs):  # type: ignore[no-untyped-def]
         seen.append(list(Drainer.objects.values_list("name", flat=True)))
@@ -84,10 +86,10 @@ def test_a_drainer_holds_a_row_while_it_runs_legs_and_deletes_it_when_done(alice
 
     tasks = [submit(alice, "noop") for _ in range(2)]
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(legs, "_run_claimed", run)
+        patch.setattr(legs, "run_claimed", run)
         assert runtime.run_waiting_legs(seconds=5) == 2
 
-    assert seen == [[legs.drainer_name()]] * 2
+    assert seen == [[draining.drainer_name()]] * 2
     assert not Drainer.objects.exists()
     assert all(t.status == Status.COMPLETED for t in Task.objects.filter(pk__in=tasks))
 
@@ -132,7 +134,7 @@ def test_at_the_end_of_its_time_a_drainer_hands_waiting_records_on(alice) -> Non
 
 def test_a_drainer_that_takes_a_record_which_waited_long_asks_for_help(alice, settings) -> None:
     settings.TASKDESK_DRAIN_RECRUIT_SECONDS = 1.0
-    legs._recruited = 0.0
+    draining._recruited = 0.0
     old = submit(alice, "noop")
     Dispatch.objects.filter(task=old).update(created_at=timezone.now() - timedelta(seconds=5))
     fresh = submit(alice, "noop")
@@ -210,3 +212,94 @@ def test_the_rows_of_drainers_gone_for_a_minute_are_forgotten(db) -> None:
     assert runtime.forget_stale_drainers() == 1
 
     assert set(Drainer.objects.values_list("name", flat=True)) == {"recent:2:bbbb", "live:3:cccc"}
+
+
+# --- standing by (PostgreSQL: LISTEN/NOTIFY) ---------------------------------------------------
+
+
+def _drain_in_thread(seconds: float) -> tuple[threading.Thread, list[int]]:
+    """run_waiting_legs in a thread of its own (its own database connection)."""
+    from django.db import connection as thread_connection
+
+    ran: list[int] = []
+
+    def work() -> None:
+        try:
+            ran.append(runtime.run_waiting_legs(seconds=seconds))
+        finally:
+            thread_connection.close()
+
+    thread = threading.Thread(target=work)
+    thread.start()
+    return thread, ran
+
+
+def _wait_for(predicate, timeout: float = 5.0) -> bool:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.02)
+    return False
+
+
+@pytest.mark.postgres
+def test_a_drainer_with_nothing_to_do_stands_by_and_gets_the_next_task_handed_over(
+    transactional_db, alice, settings
+) -> None:
+    settings.TASKDESK_DRAIN_STANDBY = True
+    thread, ran = _drain_in_thread(seconds=2.0)
+    try:
+        assert _wait_for(lambda: Drainer.objects.filter(standby=True).exists())
+        started = time.monotonic()
+        # Handed to the drainer standing by: no message.
+        receipt = acceptance.accept(
+            client=alice, tool=get_tool("noop"), arguments={}, era=Era.MODERN
+        )
+
+        assert _wait_for(lambda: Task.objects.get(pk=receipt.task.pk).status == Status.COMPLETED)
+        assert time.monotonic() - started < 1.0  # at once, not at the end of its time
+    finally:
+        thread.join(10)
+    assert ran == [1]
+    assert broker_messages(wait=0.3) == []
+    assert not Drainer.objects.exists()  # it left when its time was up
+
+
+@pytest.mark.postgres
+def test_a_record_is_handed_to_one_drainer_standing_by_and_others_stay(db) -> None:
+    now = timezone.now()
+    Drainer.objects.create(name="a", until=now + timedelta(seconds=30), standby=True, channel="c_a")
+    Drainer.objects.create(name="b", until=now + timedelta(seconds=30), standby=True, channel="c_b")
+
+    assert sql.hot_path().hand_off("1 task") == (True, True)
+    assert Drainer.objects.filter(standby=True).count() == 1  # the other still stands by
+    assert sql.hot_path().hand_off("2 task") == (True, True)
+    assert sql.hot_path().hand_off("3 task") == (False, True)  # both busy now, still fresh
+
+
+@pytest.mark.postgres
+def test_nothing_is_handed_to_a_drainer_whose_time_is_up(db) -> None:
+    Drainer.objects.create(
+        name="gone", until=timezone.now() - timedelta(seconds=1), standby=True, channel="c"
+    )
+
+    assert sql.hot_path().hand_off("1 task") == (False, False)
+
+
+@pytest.mark.postgres
+def test_a_drainer_standing_by_stops_at_the_end_of_its_time(transactional_db, settings) -> None:
+    settings.TASKDESK_DRAIN_STANDBY = True
+    started = time.monotonic()
+
+    assert runtime.run_waiting_legs(seconds=0.5) == 0
+
+    assert 0.4 < time.monotonic() - started < 3
+    assert not Drainer.objects.exists()
+
+
+def test_a_hand_off_payload_is_read_back_and_anything_else_is_ignored() -> None:
+    assert dispatch.parse_handoff(dispatch.handoff_payload(12, "abc")) == (12, "abc")
+    assert dispatch.parse_handoff("") is None
+    assert dispatch.parse_handoff("x abc") is None
+    assert dispatch.parse_handoff("12") is None

@@ -54,9 +54,57 @@ def test_a_connection_idle_for_a_while_is_checked_first(checks) -> None:
     assert checks == [True]
 
 
+@pytest.fixture
+def db_task() -> str:
+    return "no-such-task"
+
+
 def test_a_connection_that_saw_an_error_is_checked(checks) -> None:
     connections["default"].errors_occurred = True
 
     request()
 
     assert checks  # Django looks at it before trusting it again
+
+
+def test_a_connection_plans_its_prepared_statements_again_every_little_while(db_task) -> None:  # type: ignore[no-untyped-def]
+    """A plan chosen while a table was small is not kept after it grew: fetch_prepared drops
+    the connection's cached plans every PLAN_MAX_AGE_SECONDS (DISCARD PLANS), and the
+    statements stay prepared."""
+    from tasks_app import sql
+
+    statement = "SELECT count(*) FROM tasks_app_task WHERE id = %(id)s"
+    for _ in range(8):
+        assert sql.fetch_prepared(statement, {"id": db_task}) == (0,)
+    raw = connections["default"].connection
+    aged = sql._planned_at[raw] - sql.PLAN_MAX_AGE_SECONDS - 1
+    sql._planned_at[raw] = aged
+
+    assert sql.fetch_prepared(statement, {"id": db_task}) == (0,)
+
+    assert sql._planned_at[raw] > aged + sql.PLAN_MAX_AGE_SECONDS  # plans were dropped now
+    with connections["default"].cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements "
+            "WHERE statement LIKE 'SELECT count(*) FROM tasks_app_task WHERE id = $1%%'"
+        )
+        assert cursor.fetchone() == (1,)  # still prepared, not prepared twice
+
+
+def test_plans_are_dropped_only_when_due() -> None:
+    from tasks_app import sql
+
+    class Connection:
+        def __init__(self) -> None:
+            self.sent: list[str] = []
+
+        def execute(self, statement: str) -> None:
+            self.sent.append(statement)
+
+    raw = Connection()
+    sql._replan_if_due(raw)  # type: ignore[arg-type]
+    sql._replan_if_due(raw)  # type: ignore[arg-type]
+    assert raw.sent == []
+    sql._planned_at[raw] -= sql.PLAN_MAX_AGE_SECONDS  # type: ignore[index]
+    sql._replan_if_due(raw)  # type: ignore[arg-type]
+    assert raw.sent == ["DISCARD PLANS"]

@@ -15,8 +15,9 @@ trying for a moment and leaves its records to the sweeper: a dead broker costs o
 connection attempt per pause, not one per receipt.
 
 A new task's record needs no message while a worker process is draining the table
-(``models.Drainer``, ``runtime.run_waiting_legs``): after commit, ``publish_on_commit`` with
-``unless_drained`` looks for a fresh drainer row and leaves the record to it. This is safe
+(``models.Drainer``, ``runtime.draining``): after commit, ``publish_on_commit`` with
+``unless_drained`` hands the record to a drainer standing by (LISTEN/NOTIFY, PostgreSQL) or
+leaves it to a fresh one that is busy (``sql.hand_off``, one statement). This is safe
 because a drainer only stops after deleting its row and then looking once more: a record
 committed before its row was read is seen by that last look. What a drainer cannot take is
 handed on: at the end of its time it sends one message if records are still waiting

@@ -1,11 +1,14 @@
-"""Health of the parts Taskdesk needs: the database, the broker and the workers.
+"""Health of the parts Taskdesk needs: the database, the broker, the workers and beat.
 
-``report`` is ``/healthz`` (a worker that never reported is not a failure: a fresh install
-answers ok). ``readiness`` is ``/readyz``: the same parts, but the heartbeats must exist and
-be fresh. Each worker's main process writes its own heartbeat row (``tasks_app.tasks``), so
-a fresh row of a worker consuming the leg queue shows that legs can run; the control row is
-written by ``heartbeat_job``, which only beat schedules (every 10 s) and the control worker
-runs, so a fresh one shows that both of those run.
+``report`` is ``/healthz`` (a heartbeat that never reported is not a failure: a fresh
+install answers ok). ``report(ready=True)`` is ``/readyz``: the same parts, but the
+heartbeats must exist and be fresh. There are three (``WorkerHeartbeat.newest_by_role``).
+Each worker's main process writes its own row (``tasks_app.tasks``), so a fresh row of a
+worker consuming the leg queue shows that legs can run (``legs``), and a fresh row of a
+worker consuming the control queue alone that a control worker runs (``control``). The
+``beat`` row is written by ``heartbeat_job``, which only beat schedules (every 10 s) and a
+control worker runs, so a fresh one shows that beat runs too: the periodic jobs (sweeper,
+deadlines, purge) are being sent.
 ``redacted`` drops exception text for callers who are not staff.
 """
 
@@ -50,8 +53,9 @@ def check_broker() -> dict[str, Any]:
 
 
 def check_workers(*, required: bool = False) -> dict[str, Any]:
-    """The heartbeats of the workers that take legs and of the control row (beat and the
-    control worker). REQUIRED (``/readyz``): both must exist; either way, a stale one fails."""
+    """The heartbeats of the workers that take legs, of the control workers and of beat
+    (``heartbeat_job``'s row). REQUIRED (``/readyz``): each must exist; either way, a stale
+    one fails."""
     from tasks_app.models import WorkerHeartbeat
 
     try:
@@ -60,8 +64,11 @@ def check_workers(*, required: bool = False) -> dict[str, Any]:
         return {"ok": False, "error": f"{type(exc).__name__}: {exc}"}
     parts = {
         "legs": _heartbeat(last[WorkerHeartbeat.LEGS], "a worker taking legs", required),
-        "control": _heartbeat(
-            last[WorkerHeartbeat.CONTROL], "beat and the control worker", required
+        "control": _heartbeat(last[WorkerHeartbeat.CONTROL], "the control worker", required),
+        "beat": _heartbeat(
+            last[WorkerHeartbeat.BEAT],
+            "beat (its heartbeat job, run by a control worker)",
+            required,
         ),
     }
     newest = max((seen for seen in last.values() if seen is not None), default=None)

@@ -133,11 +133,12 @@ class DatabaseCollector(Collector):
         yield self._heartbeats(now)
 
     def _heartbeats(self, now: datetime) -> Metric:
-        # The two heartbeats of /readyz. A role with no row yet is absent, not zero.
+        # The three heartbeats of /readyz. A role with no row yet is absent, not zero.
         family = GaugeMetricFamily(
             "taskdesk_worker_heartbeat_age_seconds",
             "Seconds since the newest heartbeat of each role, as /readyz reads them: legs "
-            "(the workers that take legs) and control (heartbeat_job, and the control workers).",
+            "(the workers that take legs), control (the control workers) and beat "
+            "(heartbeat_job, which beat sends and a control worker runs).",
             labels=["role"],
         )
         for role, last in WorkerHeartbeat.newest_by_role().items():

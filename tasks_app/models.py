@@ -454,19 +454,21 @@ class PurgedTask(models.Model):
 
 
 class WorkerHeartbeat(models.Model):
-    """Last sign of life of a Celery worker (``tasks_app.tasks``): each worker writes its
-    own row with the queues it consumes, and ``heartbeat_job`` (scheduled by beat, run on the
-    control queue) writes the control row."""
+    """Last sign of life of a Celery worker or of beat (``tasks_app.tasks``): each worker
+    writes its own row, named after its node (``NAME@HOST``), with the queues it consumes;
+    ``heartbeat_job``, which beat schedules and a control worker runs, writes a row named
+    after the host that ran it, with ``BEAT`` in place of the queues."""
 
     hostname = models.CharField(max_length=200, unique=True)
     seen_at = models.DateTimeField()
-    # The queues the worker consumes, comma-separated ("control" for heartbeat_job's row).
+    # The queues the worker consumes, comma-separated; BEAT for heartbeat_job's row.
     queues = models.CharField(max_length=200, default="control")
 
-    # The two heartbeats /readyz and /metrics report.
+    # The three heartbeats /readyz and /metrics report.
     LEGS = "legs"
     CONTROL = "control"
-    ROLES = (LEGS, CONTROL)
+    BEAT = "beat"
+    ROLES = (LEGS, CONTROL, BEAT)
 
     def __str__(self) -> str:
         return f"{self.hostname} @ {self.seen_at}"
@@ -475,9 +477,10 @@ class WorkerHeartbeat(models.Model):
     def newest_by_role(cls) -> dict[str, datetime | None]:
         """The newest heartbeat of each role (None while no row of it exists), as /readyz
         and /metrics report them: ``legs``, of a worker that consumes any queue besides the
-        control queue, so that legs can run; ``control``, of a row that names the control
-        queue alone (``heartbeat_job``'s, which beat schedules and a control worker runs, and
-        a control worker's own)."""
+        control queue, so that legs can run; ``control``, of a worker that consumes the
+        control queue alone, so that a control worker runs; ``beat``, of ``heartbeat_job``'s
+        row, so that beat schedules the periodic jobs (and a control worker runs them). The
+        control worker's own row stays fresh without beat, hence the third role."""
         control = settings.TASKDESK_CONTROL_QUEUE
         newest: dict[str, datetime | None] = dict.fromkeys(cls.ROLES)
         by_queues = (
@@ -487,7 +490,12 @@ class WorkerHeartbeat(models.Model):
             .values_list("queues", "last")
         )
         for queues, last in by_queues:
-            role = cls.LEGS if set(queues.split(",")) - {control} else cls.CONTROL
+            if queues == cls.BEAT:
+                role = cls.BEAT
+            elif set(queues.split(",")) - {control}:
+                role = cls.LEGS
+            else:
+                role = cls.CONTROL
             current = newest[role]
             if current is None or last > current:
                 newest[role] = last

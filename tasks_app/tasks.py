@@ -111,9 +111,13 @@ def sweep_job() -> None:
 
 @shared_task(name="heartbeat_job")
 def heartbeat_job() -> str:
-    """Record that beat and a control worker are alive (read by /readyz and /healthz)."""
+    """Record that beat scheduled a job and a control worker ran it (the ``beat`` heartbeat
+    of /readyz and /healthz). The row is named after the host, and a worker's own row after
+    its node (``NAME@HOST``), so the two never share a row."""
+    from tasks_app.models import WorkerHeartbeat
+
     hostname = socket.gethostname()
-    _beat(hostname, settings.TASKDESK_CONTROL_QUEUE)
+    _beat(hostname, WorkerHeartbeat.BEAT)
     return hostname
 
 
@@ -128,7 +132,8 @@ def _beat(hostname: str, queues: str) -> None:
 # Every worker's own heartbeat: a thread of its main process writes the worker's row every
 # TASKDESK_HEARTBEAT_SECONDS, whatever its pool is running. A message on the leg queue would
 # wait behind long legs and make a busy worker look dead; heartbeat_job alone shows only that
-# beat and the control worker run, not that any worker takes legs.
+# beat and the control worker run, not that any worker takes legs. The control worker's own
+# row, in turn, stays fresh while beat is down: only heartbeat_job's row shows that.
 _stop_heartbeat = threading.Event()
 
 

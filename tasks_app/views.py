@@ -31,15 +31,17 @@ def _health(request: HttpRequest, *, ready: bool) -> JsonResponse:
 @require_GET
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Database, broker and workers (a worker that never reported is not a failure)."""
+    """Database, broker, workers and beat (a heartbeat that never reported is not a
+    failure)."""
     return _health(request, ready=False)
 
 
 @require_GET
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Whether this deployment can do work now: database, broker, and a fresh heartbeat
-    (beat scheduled it and a worker ran it). 503 when any fails, or no worker ever reported."""
+    """Whether this deployment can do work now: database, broker, and a fresh heartbeat of
+    a worker taking legs, of a control worker and of beat (its heartbeat job, run by a
+    control worker). 503 when any fails, or one of the heartbeats never reported."""
     return _health(request, ready=True)
 
 

@@ -24,7 +24,10 @@ METRIC = re.compile(r"\btaskdesk_[a-z_]+\b")
 def served(client) -> set[str]:  # type: ignore[no-untyped-def]
     """Every sample name /metrics can serve: the database gauges as scraped, and each
     counter's and histogram's series (present once a process has counted something)."""
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now())
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(hostname="worker@w1", seen_at=now, queues="celery")
+    WorkerHeartbeat.objects.create(hostname="control@w1", seen_at=now, queues="control")
+    WorkerHeartbeat.objects.create(hostname="w1", seen_at=now, queues=WorkerHeartbeat.BEAT)
     text = client.get("/metrics").content.decode()
     names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
     for counter in (metrics.TASKS_ACCEPTED, metrics.MCP_REQUESTS):
@@ -52,9 +55,11 @@ def test_the_alert_rules_are_the_four_the_docs_name(client, db) -> None:  # type
         used = set(METRIC.findall(rule["expr"]))
         assert used, name
         assert used <= known, (name, used - known)
-    # The heartbeat alert fires on either role going missing, not only on both.
+    # The heartbeat alert fires on any role going missing, not only on all of them: beat
+    # dead while the control worker runs included.
     heartbeat = alerts["TaskdeskNoWorkerHeartbeat"]["expr"]
     assert "by (role)" in heartbeat
+    assert WorkerHeartbeat.ROLES == ("legs", "control", "beat")
     for role in WorkerHeartbeat.ROLES:
         assert f'absent(taskdesk_worker_heartbeat_age_seconds{{role="{role}"}})' in heartbeat
 
@@ -81,3 +86,6 @@ def test_the_grafana_dashboard_uses_served_metrics(client, db) -> None:  # type:
     ):
         assert family in used, family
     assert len({panel["id"] for panel in dashboard["panels"]}) == len(dashboard["panels"])
+    # The heartbeat panel shows every role /metrics serves, by its label.
+    heartbeats = [e for e in exprs if "taskdesk_worker_heartbeat_age_seconds" in e]
+    assert heartbeats == ["max by (role) (taskdesk_worker_heartbeat_age_seconds)"]

@@ -7,7 +7,28 @@ import pytest
 from django.utils import timezone
 
 from tasks_app.models import WorkerHeartbeat
+from tasks_app.tasks import _beat, heartbeat_job
 from tests.live import LiveStack
+
+STALE = timedelta(minutes=10)
+
+
+def leg_worker(ago: timedelta = timedelta(0)) -> None:
+    """A leg worker's own row, as its heartbeat thread writes it."""
+    _beat("worker@w1", "celery")
+    WorkerHeartbeat.objects.filter(hostname="worker@w1").update(seen_at=timezone.now() - ago)
+
+
+def control_worker(ago: timedelta = timedelta(0)) -> None:
+    """The control worker's own row, as its heartbeat thread writes it."""
+    _beat("control@w1", "control")
+    WorkerHeartbeat.objects.filter(hostname="control@w1").update(seen_at=timezone.now() - ago)
+
+
+def beat(ago: timedelta = timedelta(0)) -> None:
+    """heartbeat_job's row: beat sent it, a control worker ran it."""
+    hostname = heartbeat_job()
+    WorkerHeartbeat.objects.filter(hostname=hostname).update(seen_at=timezone.now() - ago)
 
 
 def test_it_answers_200_with_each_part_named(client, db) -> None:  # type: ignore[no-untyped-def]
@@ -23,6 +44,7 @@ def test_it_answers_200_with_each_part_named(client, db) -> None:  # type: ignor
         "heartbeat": None,
         "legs": {"ok": True, "heartbeat": None},
         "control": {"ok": True, "heartbeat": None},
+        "beat": {"ok": True, "heartbeat": None},
     }
     assert response["Cache-Control"].startswith("max-age=0")
 
@@ -32,18 +54,39 @@ def test_it_is_exactly_that_path(client, db) -> None:  # type: ignore[no-untyped
 
 
 def test_a_stale_worker_heartbeat_makes_it_503(admin_client, db) -> None:  # type: ignore[no-untyped-def]
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+    control_worker(STALE)
 
     response = admin_client.get("/healthz")
 
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
     error = response.json()["workers"]["error"]
-    assert error.startswith("beat and the control worker: last heartbeat 600 s ago")
+    assert error.startswith("the control worker: last heartbeat 600 s ago")
+
+
+def test_a_stale_beat_heartbeat_makes_it_503_while_the_control_worker_runs(
+    admin_client, db
+) -> None:  # type: ignore[no-untyped-def]
+    leg_worker()
+    control_worker()
+    beat(STALE)
+
+    response = admin_client.get("/healthz")
+
+    assert response.status_code == 503
+    workers = response.json()["workers"]
+    assert (workers["legs"]["ok"], workers["control"]["ok"], workers["beat"]["ok"]) == (
+        True,
+        True,
+        False,
+    )
+    assert workers["error"] == (
+        "beat (its heartbeat job, run by a control worker): last heartbeat 600 s ago"
+    )
 
 
 def test_anonymous_callers_get_no_error_text(client, db) -> None:  # type: ignore[no-untyped-def]
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+    control_worker(STALE)
 
     for path in ("/healthz", "/readyz"):
         response = client.get(path)
@@ -55,7 +98,7 @@ def test_anonymous_callers_get_no_error_text(client, db) -> None:  # type: ignor
 
 
 def test_livez_answers_200_whatever_the_parts_say(client, db) -> None:  # type: ignore[no-untyped-def]
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+    control_worker(STALE)
 
     response = client.get("/livez")
 
@@ -71,41 +114,78 @@ def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: 
     assert client.get("/healthz").status_code == 200  # which stays as it was
 
     # beat and the control worker alone are not enough: no worker takes legs yet.
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now())
+    control_worker()
+    beat()
     response = client.get("/readyz")
     assert response.status_code == 503
     legs = response.json()["workers"]["legs"]
     assert (legs["ok"], legs["heartbeat"]) == (False, None)
 
-    WorkerHeartbeat.objects.create(hostname="worker@w1", seen_at=timezone.now(), queues="celery")
+    leg_worker()
     response = client.get("/readyz")
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
 
 
-def test_readyz_fails_on_a_stale_heartbeat_with_the_reason_for_staff(admin_client, db) -> None:  # type: ignore[no-untyped-def]
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now() - timedelta(minutes=10))
+def test_readyz_fails_naming_beat_while_only_the_workers_report(admin_client, db) -> None:  # type: ignore[no-untyped-def]
+    # Beat is down: the control worker's own row is fresh, but no heartbeat job ran.
+    leg_worker()
+    control_worker()
 
-    WorkerHeartbeat.objects.create(
-        hostname="worker@w1", seen_at=timezone.now() - timedelta(minutes=5), queues="celery"
-    )
+    response = admin_client.get("/readyz")
+
+    assert response.status_code == 503
+    assert response.json()["failing"] == ["workers"]
+    workers = response.json()["workers"]
+    assert workers["control"]["ok"] is True
+    assert (workers["beat"]["ok"], workers["beat"]["heartbeat"]) == (False, None)
+    assert workers["error"] == "beat (its heartbeat job, run by a control worker): no heartbeat yet"
+    assert admin_client.get("/healthz").status_code == 200  # a fresh install, for /healthz
+
+    beat()  # beat is back and a control worker ran its heartbeat job
+    response = admin_client.get("/readyz")
+    assert response.status_code == 200
+    assert response.json()["workers"]["beat"]["age_seconds"] < 5
+
+
+def test_the_heartbeat_job_writes_the_beat_heartbeat_and_no_other(db) -> None:  # type: ignore[no-untyped-def]
+    control_worker(STALE)
+
+    hostname = heartbeat_job()
+
+    assert hostname == socket.gethostname()
+    assert WorkerHeartbeat.objects.get(hostname=hostname).queues == WorkerHeartbeat.BEAT
+    last = WorkerHeartbeat.newest_by_role()
+    assert last[WorkerHeartbeat.BEAT] is not None
+    assert (timezone.now() - last[WorkerHeartbeat.BEAT]).total_seconds() < 5
+    assert last[WorkerHeartbeat.LEGS] is None
+    assert (timezone.now() - last[WorkerHeartbeat.CONTROL]).total_seconds() >= 600
+
+
+def test_readyz_fails_on_a_stale_heartbeat_with_the_reason_for_staff(admin_client, db) -> None:  # type: ignore[no-untyped-def]
+    control_worker(STALE)
+    beat(STALE)
+    leg_worker(timedelta(minutes=5))
 
     response = admin_client.get("/readyz")
 
     assert response.status_code == 503
     assert response.json()["workers"]["error"] == (
         "a worker taking legs: last heartbeat 300 s ago; "
-        "beat and the control worker: last heartbeat 600 s ago"
+        "the control worker: last heartbeat 600 s ago; "
+        "beat (its heartbeat job, run by a control worker): last heartbeat 600 s ago"
     )
 
 
 def test_a_fresh_heartbeat_is_reported(client, db) -> None:  # type: ignore[no-untyped-def]
-    WorkerHeartbeat.objects.create(hostname="w1", seen_at=timezone.now())
+    control_worker()
+    beat()
 
     body = client.get("/healthz").json()
 
     assert body["workers"]["ok"] is True
     assert body["workers"]["control"]["age_seconds"] < 5
+    assert body["workers"]["beat"]["age_seconds"] < 5
 
 
 @pytest.mark.live
@@ -193,8 +273,45 @@ def test_readyz_fails_when_the_leg_worker_stops_while_beat_and_control_run(
             timeout=20,
         )
         workers = stopped.json()["workers"]
-        assert workers["legs"]["ok"] is False and workers["control"]["ok"] is True
+        assert workers["legs"]["ok"] is False
+        assert workers["control"]["ok"] is True and workers["beat"]["ok"] is True
         stack.start_worker()
+        wait_for("/readyz to answer 200 again", lambda: readyz().status_code == 200, timeout=60)
+    finally:
+        stack.close()
+
+
+@pytest.mark.live
+def test_readyz_fails_when_beat_stops_while_the_workers_run(transactional_db) -> None:  # type: ignore[no-untyped-def]
+    import httpx
+
+    from tests.live import wait_for
+
+    stack = LiveStack(
+        env={"TASKDESK_HEARTBEAT_SECONDS": "1", "TASKDESK_WORKER_STALE_SECONDS": "3"}
+    ).start()
+    try:
+
+        def readyz() -> httpx.Response:
+            return httpx.get(f"{stack.url}/readyz", timeout=5)
+
+        wait_for("/readyz to answer 200", lambda: readyz().status_code == 200, timeout=60)
+        control = WorkerHeartbeat.objects.get(
+            hostname=f"control-{stack.port}@{socket.gethostname()}"
+        )
+        assert control.queues == "control"
+        beat_row = WorkerHeartbeat.objects.get(hostname=socket.gethostname())
+        assert beat_row.queues == WorkerHeartbeat.BEAT
+        stack.stop("beat")
+        stopped = wait_for(
+            "/readyz to fail on beat",
+            lambda: (r := readyz()).status_code == 503 and r,
+            timeout=20,
+        )
+        workers = stopped.json()["workers"]
+        assert workers["beat"]["ok"] is False
+        assert workers["legs"]["ok"] is True and workers["control"]["ok"] is True
+        stack.start_beat()
         wait_for("/readyz to answer 200 again", lambda: readyz().status_code == 200, timeout=60)
     finally:
         stack.close()

@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app import acceptance
 from tasks_app.models import Dispatch, Effect, Status, Task, WorkerHeartbeat
+from tasks_app.tasks import heartbeat_job
 from tasks_app.tools import get_tool
 
 
@@ -149,10 +150,14 @@ def heartbeat_roles(found: dict) -> set[str]:  # type: ignore[type-arg]
 def test_each_heartbeat_role_is_absent_until_it_reports(client, db) -> None:  # type: ignore[no-untyped-def]
     assert heartbeat_roles(scrape(client)) == set()
 
-    # heartbeat_job's rows (beat and the control worker), on two hosts.
+    # The control workers' own rows, on two hosts.
     now = timezone.now()
-    WorkerHeartbeat.objects.create(hostname="h1", seen_at=now - timedelta(seconds=90))
-    WorkerHeartbeat.objects.create(hostname="h2", seen_at=now - timedelta(seconds=30))
+    WorkerHeartbeat.objects.create(
+        hostname="control@h1", seen_at=now - timedelta(seconds=90), queues="control"
+    )
+    WorkerHeartbeat.objects.create(
+        hostname="control@h2", seen_at=now - timedelta(seconds=30), queues="control"
+    )
     found = scrape(client)
     assert heartbeat_roles(found) == {"control"}
     assert 29 <= value(found, HEARTBEAT, role="control") < 60  # the newest row counts
@@ -163,6 +168,11 @@ def test_each_heartbeat_role_is_absent_until_it_reports(client, db) -> None:  # 
     found = scrape(client)
     assert heartbeat_roles(found) == {"legs", "control"}
     assert 4 <= value(found, HEARTBEAT, role="legs") < 30
+
+    heartbeat_job()  # beat sent it, a control worker ran it
+    found = scrape(client)
+    assert heartbeat_roles(found) == {"legs", "control", "beat"}
+    assert value(found, HEARTBEAT, role="beat") < 5
 
 
 def test_dead_leg_workers_show_while_beat_and_the_control_worker_run(client, db) -> None:  # type: ignore[no-untyped-def]
@@ -175,15 +185,34 @@ def test_dead_leg_workers_show_while_beat_and_the_control_worker_run(client, db)
     )
     # The control worker's own row and heartbeat_job's row are fresh.
     WorkerHeartbeat.objects.create(hostname="control@h1", seen_at=now, queues="control")
-    WorkerHeartbeat.objects.create(hostname="h1", seen_at=now - timedelta(seconds=3))
+    WorkerHeartbeat.objects.create(
+        hostname="h1", seen_at=now - timedelta(seconds=3), queues=WorkerHeartbeat.BEAT
+    )
 
     found = scrape(client)
 
     assert value(found, HEARTBEAT, role="control") < 5
+    assert 3 <= value(found, HEARTBEAT, role="beat") < 10
     assert 599 <= value(found, HEARTBEAT, role="legs") < 660  # the freshest leg worker
     # A worker that consumes both queues takes legs: it counts as one.
     WorkerHeartbeat.objects.create(hostname="all@h3", seen_at=now, queues="celery,control")
     assert value(scrape(client), HEARTBEAT, role="legs") < 5
+
+
+def test_a_dead_beat_shows_while_the_control_worker_runs(client, db) -> None:  # type: ignore[no-untyped-def]
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(hostname="worker@h1", seen_at=now, queues="celery")
+    WorkerHeartbeat.objects.create(hostname="control@h1", seen_at=now, queues="control")
+    # heartbeat_job's last row, from before beat died.
+    WorkerHeartbeat.objects.create(
+        hostname="h1", seen_at=now - timedelta(minutes=10), queues=WorkerHeartbeat.BEAT
+    )
+
+    found = scrape(client)
+
+    assert value(found, HEARTBEAT, role="control") < 5
+    assert value(found, HEARTBEAT, role="legs") < 5
+    assert 599 <= value(found, HEARTBEAT, role="beat") < 660
 
 
 def test_pending_questions_by_audience_with_the_overdue_ones(client, alice) -> None:  # type: ignore[no-untyped-def]

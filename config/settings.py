@@ -488,7 +488,7 @@ TASKDESK_LEG_TIME_LIMIT_SECONDS = env_float("TASKDESK_LEG_TIME_LIMIT_SECONDS", 7
 
 TASKDESK_SWEEP_SECONDS = env_float("TASKDESK_SWEEP_SECONDS", 5.0, minimum=0.5)
 # How often each worker writes its heartbeat row, and beat schedules heartbeat_job (the
-# control row); /readyz fails on a row older than TASKDESK_WORKER_STALE_SECONDS.
+# beat row); /readyz fails on a row older than TASKDESK_WORKER_STALE_SECONDS.
 TASKDESK_HEARTBEAT_SECONDS = env_float("TASKDESK_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},

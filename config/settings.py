@@ -137,8 +137,8 @@ SECRET_KEY_GENERATED = not env_secret("SECRET_KEY")
 SECRET_KEY = env_secret("SECRET_KEY") or _generated_secret(VAR_DIR / "secret_key")
 
 HOST = env_str("HOST", "127.0.0.1")
-# `make run` passes the chosen port as TASKDESK_PORT too: its supervisor (honcho) hands every
-# process a PORT of its own.
+# `make run` passes the chosen port as TASKDESK_PORT too (its supervisor sets PORT to the same
+# port; other Procfile runners hand every process a PORT of its own).
 PORT = env_int("TASKDESK_PORT", env_int("PORT", 8000, minimum=1), minimum=1)
 _default_hosts = ["127.0.0.1", "localhost", "[::1]"]
 if HOST and HOST not in _default_hosts and HOST not in {"0.0.0.0", "::"}:
@@ -601,7 +601,7 @@ LOG_LEVEL = env_str("LOG_LEVEL", "INFO").upper()
 # The lines every task writes when all goes well (its tools/call answered ok, its leg
 # completed) are DEBUG unless TASKDESK_LOG_EVERY_TASK is on: measured with make run on 2
 # cores, the stack accepted 20 % more and finished 24 % more tasks without them (the writes,
-# and honcho relaying every line). Errors, refusals, cancellations and every other leg
+# and the supervisor relaying every line). Errors, refusals, cancellations and every other leg
 # outcome stay INFO.
 TASKDESK_LOG_EVERY_TASK = env_bool("TASKDESK_LOG_EVERY_TASK", False)
 # A leg logs "leg started" and "leg ended" lines with the task id, leg number and duration;

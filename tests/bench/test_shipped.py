@@ -30,7 +30,7 @@ def shipped():  # type: ignore[no-untyped-def]
         (".venv/bin/python .venv/bin/gunicorn config.wsgi -c config/gunicorn.conf.py", "", "web"),
         (
             ".venv/bin/celery -A config worker --pool prefork --queues celery",
-            "honcho",
+            ".venv/bin/python scripts/run_procfile.py -f Procfile --port 8000",
             "worker main",
         ),
         (
@@ -40,7 +40,7 @@ def shipped():  # type: ignore[no-untyped-def]
         ),
         (".venv/bin/celery -A config worker --queues control -n control@h", "", "control worker"),
         (".venv/bin/celery -A config beat --loglevel INFO", "", "beat"),
-        (".venv/bin/python .venv/bin/honcho -f Procfile start", "make run", "supervisor"),
+        (".venv/bin/python scripts/run_procfile.py -f Procfile", "make run", "supervisor"),
         ("postgres: 15/main: postgres taskdesk 127.0.0.1(5050) idle", "", "PostgreSQL"),
         ("redis-server 127.0.0.1:6379", "", "Redis"),
         ("/usr/bin/bash something else", "", None),

@@ -1,5 +1,6 @@
-"""`make run`'s supervisor (honcho, the Procfile) does not go on without a process that died:
-it says which one and stops the others."""
+"""`make run`'s supervisor (scripts/run_procfile.py, the Procfile) with the real processes: a
+Ctrl-C lets each Celery worker finish the leg it is running, and a process that died stops
+the others with a message naming it."""
 
 from __future__ import annotations
 
@@ -7,21 +8,37 @@ import os
 import re
 import signal
 import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
+from tasks_app.models import Status
+from tests.integration.worker_helpers import leg_pid, submit
 from tests.live import BIN, ROOT, LiveStack, stop_process, wait_for
 
 pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
-def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactional_db) -> None:
+@contextmanager
+def make_run() -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The command `make run` ends in, started in a session of its own (as a terminal's
+    foreground job), once every process has said it is up."""
     stack = LiveStack()  # only for its environment: a private folder, port and broker
     stack.collect_static()
-    out = stack.tmp / "honcho.log"
+    out = stack.tmp / "run.log"
     with open(out, "wb") as log:
-        honcho = subprocess.Popen(
-            [str(BIN / "honcho"), "--no-colour", "-f", "Procfile", "-d", ".", "start"],
+        supervisor = subprocess.Popen(
+            [
+                str(BIN / "python"),
+                "scripts/run_procfile.py",
+                "-f",
+                "Procfile",
+                "--port",
+                str(stack.port),
+            ],
             cwd=ROOT,
             env={**stack.env, "PATH": f"{BIN}:{os.environ['PATH']}"},
             stdout=log,
@@ -29,30 +46,56 @@ def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactiona
             start_new_session=True,
         )
     try:
-        started = wait_for(
+        wait_for(
             "every process to start",
             lambda: (
-                text
-                if all(
+                all(
                     f"{n}.1 started" in (text := out.read_text())
                     for n in ("web", "worker", "control", "beat")
                 )
-                and " ready." in text
-                else None
-            ),
+                and text.count(" ready.") >= 2
+            ),  # both Celery workers
             timeout=90,
             every=0.3,
             explain=lambda: out.read_text()[-3000:],
         )
-        found = re.search(r"worker\.1 started \(pid=(\d+)\)", started)
-        assert found is not None, started
-        os.kill(int(found.group(1)), signal.SIGKILL)
-
-        honcho.wait(60)
-        text = out.read_text()
-        assert "worker.1 stopped (rc=-9)" in text
-        assert honcho.returncode != 0
-        for name in ("web", "control", "beat"):
-            assert f"{name}.1 stopped" in text, text[-3000:]
+        yield supervisor, out
     finally:
-        stop_process(honcho)
+        stop_process(supervisor)
+
+
+def test_ctrl_c_lets_the_worker_finish_the_leg_it_is_running(transactional_db, alice) -> None:  # type: ignore[no-untyped-def]
+    with make_run() as (supervisor, out):
+        task = submit(alice, "slow_echo", text="finish me", seconds=3)
+        wait_for("the leg to start", lambda: leg_pid(task), timeout=30)
+        interrupted = time.monotonic()
+        os.killpg(supervisor.pid, signal.SIGINT)  # what a terminal's Ctrl-C sends
+        supervisor.wait(30)
+        took = time.monotonic() - interrupted
+        text = out.read_text()
+
+    assert supervisor.returncode == 0, text[-3000:]
+    assert "SIGINT received: sending SIGTERM to web.1, worker.1, control.1, beat.1" in text
+    assert "worker.1  | worker: Warm shutdown" in text
+    assert "WorkerLostError" not in text, text[-3000:]
+    for name in ("web", "worker", "control", "beat"):
+        assert f"{name}.1 stopped (rc=0)" in text, text[-3000:]
+    assert took < 10
+    task.refresh_from_db()
+    assert task.status == Status.COMPLETED  # the leg ran to its end before the worker stopped
+    assert task.leg == 1
+
+
+def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactional_db) -> None:
+    with make_run() as (supervisor, out):
+        found = re.search(r"worker\.1 started \(pid=(\d+)\)", out.read_text())
+        assert found is not None
+        os.kill(int(found.group(1)), signal.SIGKILL)
+        supervisor.wait(60)
+        text = out.read_text()
+
+    assert "worker.1 stopped (rc=-9)" in text
+    assert "worker.1 ended: sending SIGTERM to web.1, control.1, beat.1" in text
+    assert supervisor.returncode == 1
+    for name in ("web", "control", "beat"):
+        assert f"{name}.1 stopped" in text, text[-3000:]

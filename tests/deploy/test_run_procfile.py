@@ -1,0 +1,196 @@
+"""`make run`'s supervisor (scripts/run_procfile.py) with small shell Procfiles: how it reads
+the Procfile, relays output, stops its processes, and reports one that ended by itself. The
+live stack under it is in tests/integration/test_make_run.py."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.live import ROOT, wait_for
+
+SCRIPT = ROOT / "scripts" / "run_procfile.py"
+
+
+def _procfile(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "Procfile"
+    path.write_text(text)
+    return path
+
+
+def _start(procfile: Path, *args: str, port: int = 8123) -> tuple[subprocess.Popen[bytes], Path]:
+    out = procfile.parent / "out.log"
+    with open(out, "wb") as log:
+        proc = subprocess.Popen(
+            [sys.executable, str(SCRIPT), "-f", str(procfile), "--port", str(port), *args],
+            cwd=procfile.parent,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc, out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped by its parent) is not running.
+    stat = Path(f"/proc/{pid}/stat")
+    return not stat.exists() or stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def _pids(text: str, name: str) -> int:
+    found = re.search(rf"{name}\.1 +\| pid (\d+)", text)
+    assert found is not None, text
+    return int(found.group(1))
+
+
+def test_it_reads_names_and_commands_and_refuses_what_is_not_a_procfile(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_procfile", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["run_procfile"] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["run_procfile"]
+
+    good = _procfile(tmp_path, "# the stack\n\nweb: exec gunicorn app\nworker:exec celery a: b\n")
+    assert module.read_procfile(good) == [
+        ("web", "exec gunicorn app"),
+        ("worker", "exec celery a: b"),
+    ]
+
+    for text, error in [
+        ("web exec gunicorn\n", "not a 'name: command' line"),
+        ("web: a\nweb: b\n", "'web' is defined twice"),
+        ("# nothing\n", "no process to run"),
+    ]:
+        with pytest.raises(module.ProcfileError, match=error):
+            module.read_procfile(_procfile(tmp_path, text))
+
+    done = subprocess.run(
+        [sys.executable, str(SCRIPT), "-f", str(_procfile(tmp_path, "web exec x\n"))],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "not a 'name: command' line" in done.stderr
+
+
+def _read_when(out: Path, *needles: str) -> str | None:
+    text = out.read_text()
+    return text if all(needle in text for needle in needles) else None
+
+
+def test_output_is_relayed_by_name_and_sigterm_reaches_each_leader_only(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # "one" starts a child in its own process group, as a Celery worker starts its pool
+    # processes: the supervisor's SIGTERM must reach the leader only (which then stops its
+    # child itself), never the child directly.
+    procfile = _procfile(
+        tmp_path,
+        "one: sh -c 'trap \"echo child got TERM; exit 0\" TERM; while :; do sleep 0.1; done' "
+        '& child=$!; echo "pid $$"; echo "child $child"; echo "port $PORT"; '
+        "trap 'echo leader got TERM; kill -9 $child; printf last-words; exit 0' TERM; "
+        "while :; do sleep 0.1; done\n"
+        "two: echo \"pid $$\"; trap 'echo two got TERM; exit 0' TERM; "
+        "while :; do sleep 0.1; done\n",
+    )
+    proc, out = _start(procfile)
+    try:
+        text = wait_for(
+            "both processes to start",
+            lambda: _read_when(out, "two.1  | pid", "one.1  | child"),
+            timeout=10,
+            every=0.05,
+        )
+        found = re.search(r"one\.1 +\| child (\d+)", text)
+        assert found is not None
+        child = int(found.group(1))
+        assert "one.1  | port 8123" in text
+        assert re.search(r"^\d\d:\d\d:\d\d system \| one\.1 started \(pid=\d+\)$", text, re.M)
+
+        os.kill(proc.pid, signal.SIGTERM)
+        proc.wait(10)
+        text = out.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0
+    assert "system | SIGTERM received: sending SIGTERM to one.1, two.1" in text
+    assert "one.1  | leader got TERM" in text
+    assert "child got TERM" not in text
+    assert "two.1  | two got TERM" in text
+    assert "one.1  | last-words" in text  # a last line without its newline is not lost
+    assert "one.1 stopped (rc=0)" in text and "two.1 stopped (rc=0)" in text
+    assert not _alive(child)
+
+
+def test_a_process_that_ends_by_itself_stops_the_others_and_the_exit_status_says_so(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    procfile = _procfile(
+        tmp_path,
+        "steady: trap 'exit 0' TERM; while :; do sleep 0.1; done\n"
+        "short: sleep 0.5; echo going; exit 3\n",
+    )
+    proc, out = _start(procfile)
+    try:
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert proc.returncode == 1
+    assert "short.1  | going" in text
+    assert "system   | short.1 stopped (rc=3)" in text
+    assert "short.1 ended: sending SIGTERM to steady.1" in text
+    assert "steady.1 stopped (rc=0)" in text
+
+
+def test_a_process_that_ignores_sigterm_is_killed_after_the_stop_time(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    procfile = _procfile(
+        tmp_path, 'stubborn: trap "" TERM; echo "pid $$"; while :; do sleep 0.1; done\n'
+    )
+    proc, out = _start(procfile, "--stop-seconds", "0.5")
+    try:
+        wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
+        started = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(10)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert proc.returncode == 0  # a requested stop
+    assert "still running after 0.5 s: sending SIGKILL" in text
+    assert "stubborn.1 stopped (rc=-9)" in text
+    assert took < 5
+    assert not _alive(_pids(text, "stubborn"))
+
+
+def test_a_killed_supervisor_takes_its_processes_with_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    procfile = _procfile(tmp_path, 'lone: echo "pid $$"; exec sleep 60\n')
+    proc, out = _start(procfile)
+    try:
+        wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
+        pid = _pids(out.read_text(), "lone")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(5)
+        wait_for("the process to get SIGTERM", lambda: not _alive(pid), timeout=5, every=0.05)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)

@@ -141,6 +141,7 @@ def fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
     """
     db = connections[DEFAULT_DB_ALIAS]
     with db.wrap_database_errors:
+        db.close_if_health_check_failed()  # as Django's own cursors do first
         db.ensure_connection()
         _replan_if_due(db.connection)
         with psycopg.Cursor(db.connection) as cursor:

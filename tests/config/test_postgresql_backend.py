@@ -1,6 +1,9 @@
-"""The PostgreSQL backend checks a kept connection only after it was idle (config/postgresql)."""
+"""The PostgreSQL backend checks a kept connection only when it may have gone bad: idle for a
+while, or closed by the server (config/postgresql)."""
 
 from __future__ import annotations
+
+import select
 
 import pytest
 from django.db import close_old_connections, connections
@@ -57,6 +60,49 @@ def test_a_connection_idle_for_a_while_is_checked_first(checks) -> None:
 @pytest.fixture
 def db_task() -> str:
     return "no-such-task"
+
+
+def _terminate_backend() -> int:
+    """End the default connection's server process from another connection, as a server
+    restart does; return its pid."""
+    import psycopg
+
+    connection = connections["default"]
+    pid = connection.connection.info.backend_pid
+    params = connection.get_connection_params()
+    with psycopg.connect(**{**params, "autocommit": True}) as other:
+        other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    return pid
+
+
+def test_a_connection_the_server_closed_a_moment_ago_is_checked_and_replaced(checks) -> None:
+    connection = connections["default"]
+    gone = _terminate_backend()
+    # The server's goodbye reaches the socket at once; wait until it is readable.
+    poller = select.poll()
+    poller.register(connection.connection.fileno(), select.POLLIN)
+    assert poller.poll(2000)
+
+    request()  # no error: checked at the start of the request, and replaced
+
+    assert checks == [True]
+    assert connection.connection.info.backend_pid != gone
+
+
+def test_a_prepared_statement_is_not_sent_on_a_connection_the_server_closed(checks) -> None:
+    from tasks_app import sql
+
+    connection = connections["default"]
+    gone = _terminate_backend()
+    poller = select.poll()
+    poller.register(connection.connection.fileno(), select.POLLIN)
+    assert poller.poll(2000)
+
+    close_old_connections()  # a request starts; its first query is a prepared statement
+    assert sql.fetch_prepared("SELECT 1 + %(n)s", {"n": 1}) == (2,)
+
+    assert checks == [True]
+    assert connection.connection.info.backend_pid != gone
 
 
 def test_a_connection_that_saw_an_error_is_checked(checks) -> None:

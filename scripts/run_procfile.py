@@ -38,7 +38,6 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import BinaryIO
 
 _LINE = re.compile(r"^([A-Za-z0-9_-]+):\s*(\S.*)$")
 _PR_SET_PDEATHSIG = 1
@@ -73,11 +72,11 @@ class Child:
     name: str
     proc: subprocess.Popen[bytes]
     partial: bytes = b""
-    returncode: int | None = None
 
     @property
     def running(self) -> bool:
-        return self.returncode is None
+        """Not seen to end yet (``Supervisor._reap`` polls it)."""
+        return self.proc.returncode is None
 
 
 def _die_with_parent() -> None:
@@ -94,12 +93,11 @@ class Supervisor:
         *,
         port: int,
         stop_seconds: float,
-        out: BinaryIO | None = None,
     ) -> None:
         self.entries = entries
         self.port = port
         self.stop_seconds = stop_seconds
-        self.out = out if out is not None else sys.stdout.buffer
+        self.out = sys.stdout.buffer
         self.width = max(len("system"), *(len(f"{name}.1") for name, _ in entries))
         self.children: list[Child] = []
         self.selector = selectors.DefaultSelector()
@@ -165,7 +163,6 @@ class Supervisor:
     def _reap(self) -> None:
         for child in self.children:
             if child.running and (code := child.proc.poll()) is not None:
-                child.returncode = code
                 self.system(f"{child.name}.1 stopped (rc={code})")
                 if self.stopping_since is None:
                     self.ended_by_itself = child

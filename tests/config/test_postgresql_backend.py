@@ -64,7 +64,7 @@ def db_task() -> str:
 
 def _terminate_backend() -> int:
     """End the default connection's server process from another connection, as a server
-    restart does; return its pid."""
+    restart does, and wait until its goodbye has reached the socket; return its pid."""
     import psycopg
 
     connection = connections["default"]
@@ -72,16 +72,15 @@ def _terminate_backend() -> int:
     params = connection.get_connection_params()
     with psycopg.connect(**{**params, "autocommit": True}) as other:
         other.execute("SELECT pg_terminate_backend(%s)", [pid])
+    poller = select.poll()
+    poller.register(connection.connection.fileno(), select.POLLIN)
+    assert poller.poll(2000)
     return pid
 
 
 def test_a_connection_the_server_closed_a_moment_ago_is_checked_and_replaced(checks) -> None:
     connection = connections["default"]
     gone = _terminate_backend()
-    # The server's goodbye reaches the socket at once; wait until it is readable.
-    poller = select.poll()
-    poller.register(connection.connection.fileno(), select.POLLIN)
-    assert poller.poll(2000)
 
     request()  # no error: checked at the start of the request, and replaced
 
@@ -94,9 +93,6 @@ def test_a_prepared_statement_is_not_sent_on_a_connection_the_server_closed(chec
 
     connection = connections["default"]
     gone = _terminate_backend()
-    poller = select.poll()
-    poller.register(connection.connection.fileno(), select.POLLIN)
-    assert poller.poll(2000)
 
     close_old_connections()  # a request starts; its first query is a prepared statement
     assert sql.fetch_prepared("SELECT 1 + %(n)s", {"n": 1}) == (2,)

@@ -194,3 +194,46 @@ def test_a_killed_supervisor_takes_its_processes_with_it(tmp_path) -> None:  # t
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
+
+
+def test_a_second_ctrl_c_kills_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    procfile = _procfile(
+        tmp_path, 'stubborn: trap "" TERM; echo "pid $$"; while :; do sleep 0.1; done\n'
+    )
+    proc, out = _start(procfile)  # the default stop time, 10 s
+    try:
+        wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
+        started = time.monotonic()
+        os.kill(proc.pid, signal.SIGINT)
+        wait_for("the SIGTERM", lambda: "sending SIGTERM" in out.read_text(), timeout=5, every=0.05)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(10)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert "a second interrupt: sending SIGKILL" in text
+    assert "stubborn.1 stopped (rc=-9)" in text
+    assert took < 5  # not the 10 s the processes get after the first one
+    assert not _alive(_pids(text, "stubborn"))
+
+
+def test_sighup_stops_the_processes_like_sigterm(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    procfile = _procfile(
+        tmp_path,
+        "calm: echo \"pid $$\"; trap 'echo got TERM; exit 0' TERM; while :; do sleep 0.1; done\n",
+    )
+    proc, out = _start(procfile)
+    try:
+        wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
+        os.kill(proc.pid, signal.SIGHUP)  # the terminal went away
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert proc.returncode == 0
+    assert "SIGHUP received: sending SIGTERM to calm.1" in text
+    assert "calm.1 | got TERM" in text
+    assert "calm.1 stopped (rc=0)" in text

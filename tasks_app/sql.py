@@ -39,6 +39,7 @@ from __future__ import annotations
 import json
 import time
 import weakref
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache, cached_property
@@ -252,6 +253,29 @@ class Looked:
     taken: Next | None
     oldest: int | None = None
     newest: int | None = None
+
+
+@dataclass
+class LookAfterEnd:
+    """A look for the next waiting record (``claim_next``'s, for DRAINER) that the statement
+    ending task TASK_ID's leg makes as well (PostgreSQL): a draining worker then spends one
+    statement and one round trip per leg instead of two. Set as ``look_after_end`` while the
+    leg runs; ``looked`` is what the look found once it was made (None: no end statement of
+    that leg ran outside a transaction before DEADLINE, a ``time.monotonic`` time, and the
+    caller looks with a statement of its own)."""
+
+    task_id: str
+    owner: str  # the next leg's lease owner
+    drainer: str
+    window: float
+    lease_seconds: float
+    floor: int
+    deadline: float
+    looked: Looked | None = None
+    sent: float = 0.0  # monotonic time the look was sent
+
+
+look_after_end: ContextVar[LookAfterEnd | None] = ContextVar("look_after_end", default=None)
 
 
 @dataclass(frozen=True)
@@ -826,13 +850,14 @@ SELECT old_task.*, NULL FROM old_task
     """
 
     # The same for the next waiting record, fair across tenants (``_fair_next``); SKIP LOCKED
-    # lets two workers doing this at once take different records.
-    @cached_property
-    def _claim_next_sql(self) -> str:
+    # lets two workers doing this at once take different records. The CTEs (with the next
+    # leg's lease owner in the parameter OWNER) and the columns, apart: a leg's end makes the
+    # same look in its own statement (``end_leased``).
+    def _next_ctes(self, owner: str) -> str:
         t = self._tables
         claimed = self._claim_cte(task="(SELECT task_id FROM consumed)", dispatch="")
-        return f"""
-        WITH drainer AS (
+        started = self._started("consumed.id", "claimed, consumed")
+        return f"""drainer AS (
             INSERT INTO {t["drainer"]} (name, until, standby, channel)
             SELECT %(drainer)s::text, statement_timestamp() + make_interval(secs => %(window)s),
                 false, ''
@@ -844,16 +869,31 @@ SELECT old_task.*, NULL FROM old_task
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = (SELECT id FROM next)
             RETURNING id, task_id, context, created_at
-        ), {claimed}, started AS (
-            {self._started("consumed.id", "claimed, consumed")}
-        )
-        SELECT consumed.id, consumed.task_id, consumed.created_at, (SELECT oldest FROM next),
-            CASE WHEN consumed.id IS NULL THEN (SELECT max(id) FROM {t["dispatch"]}) END,
+        ), {claimed.replace("%(owner)s", f"%({owner})s")}, started AS (
+            {started.replace("%(owner)s", f"%({owner})s")}
+        )"""
+
+    @cached_property
+    def _next_columns(self) -> str:
+        return f"""consumed.id, consumed.task_id, consumed.created_at, (SELECT oldest FROM next),
+            CASE WHEN consumed.id IS NULL THEN (SELECT max(id) FROM {self._tables["dispatch"]})
+                END,
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
             claimed.has_journal, claimed.status, claimed.lease_expires_at,
             claimed.cancel_requested_at, consumed.context
-        FROM (SELECT 1) AS one LEFT JOIN consumed ON true LEFT JOIN claimed ON true
-    """
+        FROM (SELECT 1) AS one LEFT JOIN consumed ON true LEFT JOIN claimed ON true"""
+
+    @cached_property
+    def _claim_next_sql(self) -> str:
+        return f"WITH {self._next_ctes('owner')}\nSELECT {self._next_columns}"
+
+    def _looked(self, owner: str, row: tuple[Any, ...]) -> Looked:
+        """What a look found, from its columns (``_next_columns``)."""
+        dispatch_id, task_id, created_at, oldest, newest, *claimed = row
+        if dispatch_id is None:
+            return Looked(None, None, newest)
+        claim = None if claimed[0] is None else self._claimed(task_id, owner, tuple(claimed))
+        return Looked(Next(dispatch_id, claim, created_at, oldest), oldest)
 
     def _claim_params(self, owner: str, now: datetime, lease_seconds: float) -> dict[str, Any]:
         return {
@@ -886,11 +926,7 @@ SELECT old_task.*, NULL FROM old_task
         params.update(drainer=drainer, window=float(window), floor=floor)
         row = fetch_prepared(self._claim_next_sql, params)
         assert row is not None  # always one row
-        dispatch_id, task_id, created_at, oldest, newest, *claimed = row
-        if dispatch_id is None:
-            return Looked(None, None, newest)
-        claim = None if claimed[0] is None else self._claimed(task_id, owner, tuple(claimed))
-        return Looked(Next(dispatch_id, claim, created_at, oldest), oldest)
+        return self._looked(owner, row)
 
     @cached_property
     def _drained_sql(self) -> str:
@@ -964,7 +1000,7 @@ SELECT old_task.*, NULL FROM old_task
     # --- the end of a leg -------------------------------------------------------------------
 
     @cache  # noqa: B019 (one instance per process)
-    def _end_leased_sql(self, names: tuple[str, ...]) -> str:
+    def _end_ctes(self, names: tuple[str, ...]) -> str:
         t = self._tables
         assignments = "".join(f", {self.q(name)} = %({name})s" for name in names)
         questions = seams.pending_questions().closing_statement()
@@ -982,8 +1018,7 @@ SELECT old_task.*, NULL FROM old_task
         WHERE EXISTS (SELECT 1 FROM closed)
     ) AS rows
     ORDER BY n""")  # fmt: skip
-        return f"""
-WITH ended AS (
+        return f"""ended AS (
     UPDATE {t["task"]} SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s,
         lease_owner = '', lease_expires_at = NULL{assignments}
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
@@ -993,9 +1028,22 @@ WITH ended AS (
     {questions.sql}
 ), written AS (
     {ended}
-)
-SELECT tool_name, created_at FROM ended
-"""
+)"""
+
+    @cache  # noqa: B019 (one instance per process)
+    def _end_leased_sql(self, names: tuple[str, ...]) -> str:
+        return f"WITH {self._end_ctes(names)}\nSELECT tool_name, created_at FROM ended"
+
+    # The end with the look for the next record (``LookAfterEnd``). The two touch different
+    # task rows: the ended one is leased by this leg in the statement's snapshot, which a
+    # claim requires it not to be.
+    @cache  # noqa: B019 (one instance per process)
+    def _end_and_look_sql(self, names: tuple[str, ...]) -> str:
+        return (
+            f"WITH {self._end_ctes(names)}, {self._next_ctes('next_owner')}\n"
+            "SELECT (SELECT tool_name FROM ended), (SELECT created_at FROM ended), "
+            f"{self._next_columns}"
+        )
 
     def end_leased(self, ending: Ending) -> Ended | None:
         # One statement, so one round trip and atomic without a transaction block.
@@ -1019,8 +1067,29 @@ SELECT tool_name, created_at FROM ended
             system=Actor.SYSTEM.value,
             input_closed=EventKind.INPUT_CLOSED.value,
         )
-        row = fetch_prepared(self._end_leased_sql(tuple(sorted(e.fields))), params)
-        return None if row is None else Ended(tool_name=row[0], created_at=row[1])
+        names = tuple(sorted(e.fields))
+        look = look_after_end.get()
+        if (
+            look is None
+            or look.looked is not None
+            or look.task_id != e.task_id
+            or self.db.in_atomic_block  # the look's claim would wait for the block's commit
+            or time.monotonic() >= look.deadline
+        ):
+            row = fetch_prepared(self._end_leased_sql(names), params)
+            return None if row is None else Ended(tool_name=row[0], created_at=row[1])
+        params.update(
+            next_owner=look.owner,
+            lease=float(look.lease_seconds),
+            drainer=look.drainer,
+            window=float(look.window),
+            floor=look.floor,
+        )
+        look.sent = time.monotonic()
+        row = fetch_prepared(self._end_and_look_sql(names), params)
+        assert row is not None  # always one row
+        look.looked = self._looked(look.owner, row[2:])
+        return None if row[0] is None else Ended(tool_name=row[0], created_at=row[1])
 
 
 def _origin(value: Any) -> dict[str, Any]:

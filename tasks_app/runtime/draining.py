@@ -58,16 +58,22 @@ def run_waiting_legs(*, seconds: float) -> int:
     name = drainer_name()
     ran = 0
     draining = False
+    # The look the last leg's end made in its own statement (leases.look_after_end), if any.
+    look: sql.LookAfterEnd | None = None
     try:
         while True:
-            if time.monotonic() >= deadline:
-                draining = _leave(name)
-                if leases.waiting():
-                    dispatch.wake("waiting legs handed on")
-                break
-            owner = leases.new_owner()
-            sent = time.monotonic()
-            found = leases.claim_next(owner=owner, drainer=name)
+            if look is not None and look.looked is not None:
+                owner, sent, found = look.owner, look.sent, look.looked.taken
+            else:
+                if time.monotonic() >= deadline:
+                    draining = _leave(name)
+                    if leases.waiting():
+                        dispatch.wake("waiting legs handed on")
+                    break
+                owner = leases.new_owner()
+                sent = time.monotonic()
+                found = leases.claim_next(owner=owner, drainer=name)
+            look = None
             draining = True
             if found is None:
                 found = _stand_by(name, owner, deadline)
@@ -80,7 +86,10 @@ def run_waiting_legs(*, seconds: float) -> int:
                     break  # nothing is waiting
             _recruit_if_behind(found)
             if found.claim is not None:
-                legs.run_claimed(found.claim, owner, found.dispatch_id, sent, drained=draining)
+                with leases.look_after_end(
+                    found.claim.task.pk, drainer=name, deadline=deadline
+                ) as look:
+                    legs.run_claimed(found.claim, owner, found.dispatch_id, sent, drained=draining)
                 ran += 1
     finally:
         if draining:

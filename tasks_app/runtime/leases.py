@@ -91,6 +91,31 @@ def claim_next(
     return looked.taken
 
 
+@contextmanager
+def look_after_end(task_id: str, *, drainer: str, deadline: float) -> Iterator[sql.LookAfterEnd]:
+    """While the leg of TASK_ID runs, have the statement that ends it also look for the next
+    waiting record as ``claim_next(drainer=DRAINER)`` would (PostgreSQL), unless the leg ends
+    after DEADLINE (monotonic). The look's ``looked`` is what it found, or None when no such
+    statement ran (the leg suspended, failed to end, or ended some other way): then look with
+    ``claim_next``."""
+    look = sql.LookAfterEnd(
+        task_id=task_id,
+        owner=new_owner(),
+        drainer=drainer,
+        window=settings.TASKDESK_DRAIN_WINDOW_SECONDS,
+        lease_seconds=_lease_seconds(),
+        floor=_floor.take(False),
+        deadline=deadline,
+    )
+    token = sql.look_after_end.set(look)
+    try:
+        yield look
+    finally:
+        sql.look_after_end.reset(token)
+        if look.looked is not None:
+            _floor.saw(look.floor, look.looked)
+
+
 class _Floor:
     """Where this process's look for the next dispatch record starts (PostgreSQL).
 

@@ -12,9 +12,10 @@ from datetime import timedelta
 
 import pytest
 import time_machine
+from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import acceptance, dispatch, runtime, sql
+from tasks_app import acceptance, dispatch, runtime, sql, transitions
 from tasks_app.models import Dispatch, Drainer, Era, Status, Task
 from tasks_app.runtime import draining, leases, legs
 from tasks_app.tasks import run_task_job
@@ -303,3 +304,118 @@ def test_a_hand_off_payload_is_read_back_and_anything_else_is_ignored() -> None:
     assert dispatch.parse_handoff("") is None
     assert dispatch.parse_handoff("x abc") is None
     assert dispatch.parse_handoff("12") is None
+
+
+# --- a leg's end looks for the next record (PostgreSQL) ---------------------------------------
+
+
+def _statements(patch: pytest.MonkeyPatch) -> list[str]:
+    """The prepared statements run from now on, by kind: "end+look", "end", "look" (a
+    ``claim_next`` of its own) or "other"."""
+    seen: list[str] = []
+    original = sql.fetch_prepared
+
+    def spy(statement: str, params):  # type: ignore[no-untyped-def]
+        head = statement.lstrip()
+        if head.startswith("WITH ended"):
+            seen.append("end+look" if "next AS (" in head else "end")
+        elif head.startswith("WITH drainer"):
+            seen.append("look")
+        else:
+            seen.append("other")
+        return original(statement, params)
+
+    patch.setattr(sql, "fetch_prepared", spy)
+    return seen
+
+
+@pytest.mark.postgres
+def test_a_drainers_leg_ends_and_takes_the_next_record_in_one_statement(
+    transactional_db, alice
+) -> None:
+    tasks = [submit(alice, "noop") for _ in range(3)]
+
+    with pytest.MonkeyPatch.context() as patch:
+        seen = _statements(patch)
+        assert runtime.run_waiting_legs(seconds=5) == 3
+
+    legs_part = [kind for kind in seen if kind in ("end+look", "end", "look")]
+    # The first look takes the first record; each leg's end takes the next, the last one
+    # finding nothing; then the drainer's last (thorough) look before it leaves.
+    assert legs_part[:4] == ["look", "end+look", "end+look", "end+look"]
+    assert "end" not in legs_part
+    assert all(t.status == Status.COMPLETED for t in Task.objects.filter(pk__in=tasks))
+    for task in tasks:
+        assert task.events.filter(kind="leg_started").count() == 1
+    assert not Drainer.objects.exists()
+
+
+def _claimed_first(alice) -> tuple[sql.Next, str]:  # type: ignore[no-untyped-def]
+    owner = leases.new_owner()
+    found = leases.claim_next(owner=owner)
+    assert found is not None and found.claim is not None
+    return found, owner
+
+
+@pytest.mark.postgres
+def test_a_leg_that_ends_after_the_drainers_time_makes_no_look(transactional_db, alice) -> None:
+    first = submit(alice, "noop")
+    second = submit(alice, "noop")
+    found, owner = _claimed_first(alice)
+    assert found.claim is not None and found.claim.task.pk == first.pk
+
+    with leases.look_after_end(first.pk, drainer="d:1:x", deadline=time.monotonic() - 1) as look:
+        transitions.complete(task_id=first.pk, result={"content": []}, actor=owner,
+                             lease_owner=owner, lease_leg=1)  # fmt: skip
+
+    assert look.looked is None
+    assert Dispatch.objects.get(task=second).consumed_at is None
+    assert not Drainer.objects.exists()
+
+
+@pytest.mark.postgres
+def test_a_leg_that_lost_its_lease_writes_nothing_but_its_look_still_counts(
+    transactional_db, alice
+) -> None:
+    first = submit(alice, "noop")
+    second = submit(alice, "noop")
+    _found, owner = _claimed_first(alice)
+    # The lease runs out (the leg was presumed dead).
+    Task.objects.filter(pk=first.pk).update(lease_expires_at=timezone.now() - timedelta(seconds=1))
+
+    deadline = time.monotonic() + 30
+    with (
+        leases.look_after_end(first.pk, drainer="d:1:x", deadline=deadline) as look,
+        pytest.raises(transitions.LeaseLost),
+    ):
+        transitions.complete(task_id=first.pk, result={"content": []}, actor=owner,
+                             lease_owner=owner, lease_leg=1)  # fmt: skip
+
+    first.refresh_from_db()
+    assert first.status == Status.WORKING and first.result is None
+    assert look.looked is not None and look.looked.taken is not None
+    claim = look.looked.taken.claim
+    assert claim is not None and claim.task.pk == second.pk
+    second.refresh_from_db()
+    assert (second.lease_owner, second.leg) == (look.owner, 1)
+    assert Drainer.objects.filter(name="d:1:x").exists()
+
+
+@pytest.mark.postgres
+def test_a_leg_ending_inside_a_transaction_makes_no_look(transactional_db, alice) -> None:
+    first = submit(alice, "noop")
+    second = submit(alice, "noop")
+    _found, owner = _claimed_first(alice)
+
+    deadline = time.monotonic() + 30
+    with (
+        leases.look_after_end(first.pk, drainer="d:1:x", deadline=deadline) as look,
+        transaction.atomic(),
+    ):
+        transitions.complete(task_id=first.pk, result={"content": []}, actor=owner,
+                             lease_owner=owner, lease_leg=1)  # fmt: skip
+
+    assert look.looked is None
+    first.refresh_from_db()
+    assert first.status == Status.COMPLETED
+    assert Dispatch.objects.get(task=second).consumed_at is None

@@ -6,7 +6,8 @@ After its own leg a ``run_task_job`` runs ``run_waiting_legs`` for up to
 - Each look for the next record (``leases.claim_next``) says, in the same statement, that
   the process will look again within ``TASKDESK_DRAIN_WINDOW_SECONDS``. While such a row is
   fresh, web processes leave new records to it instead of publishing a message
-  (``dispatch``).
+  (``dispatch``). On PostgreSQL the statement that ends a leg makes the next look too
+  (``leases.look_after_end``): one statement per leg while records are waiting.
 - When nothing is waiting, the process stands by (PostgreSQL): it LISTENs on a channel of
   its own and marks its row ``standby``; a web process hands it the next new record (one
   statement that clears the mark and notifies the channel), and it runs that leg at once.

@@ -160,7 +160,7 @@ class DatabaseCollector(Collector):
         return family
 
     def _dispatch(self, now: datetime) -> Iterator[Metric]:
-        # Both on partial indexes (dispatch_unpublished, dispatch_waiting).
+        # Both on partial indexes (dispatch_unpublished, dispatch_waiting_tenant).
         unpublished = Dispatch.objects.filter(
             published_at__isnull=True, consumed_at__isnull=True
         ).aggregate(n=Count("pk"), oldest=Min("created_at"))

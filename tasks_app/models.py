@@ -352,12 +352,11 @@ class Dispatch(models.Model):
                 condition=Q(published_at__isnull=True, consumed_at__isnull=True),
                 name="dispatch_unpublished",
             ),
-            # Records no leg consumed yet, oldest first: what a worker that just ended a leg
-            # runs next (``leases.claim_next``).
-            models.Index(
-                fields=["id"], condition=Q(consumed_at__isnull=True), name="dispatch_waiting"
-            ),
-            # The same per tenant: the oldest waiting record of each tenant.
+            # Records no leg consumed yet, by tenant, oldest first: the oldest waiting record
+            # of each tenant, and of none (``tasks_app.sql``'s fair claim), and whether any
+            # waits. Not also an index by id alone: a look for the untenanted head that the
+            # planner sent through it (no statistics yet: a new database, or autovacuum off)
+            # walked every waiting record and read its row to check the tenant.
             models.Index(
                 fields=["tenant", "id"],
                 condition=Q(consumed_at__isnull=True),

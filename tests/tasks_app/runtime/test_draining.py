@@ -350,6 +350,30 @@ def test_a_drainers_leg_ends_and_takes_the_next_record_in_one_statement(
     assert not Drainer.objects.exists()
 
 
+@pytest.mark.postgres
+def test_the_hot_statements_are_converted_once_per_process(transactional_db, alice) -> None:
+    """psycopg converts a statement's placeholders afresh on every execution when the text
+    is over its cache's limits (4 KiB, 50 parameters): none of the statements of an
+    acceptance, a drained leg's end and look, or a tasks/get may be."""
+    import psycopg._queries
+
+    uncached: list[str] = []
+    original = psycopg._queries._query2pg_nocache
+
+    def spy(query: bytes, encoding: str):  # type: ignore[no-untyped-def]
+        uncached.append(bytes(query[:40]).decode())
+        return original(query, encoding)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(psycopg._queries, "_query2pg_nocache", spy)
+        tasks = [submit(alice, "noop") for _ in range(3)]
+        assert runtime.run_waiting_legs(seconds=5) == 3
+        assert sql.hot_path().task_for_client(alice.pk, tasks[0].pk) is not None
+
+    assert uncached == []
+    assert len(sql.statement_text(sql.hot_path()._end_and_look_sql(("result",)))) < 4096
+
+
 def _claimed_first(alice) -> tuple[sql.Next, str]:  # type: ignore[no-untyped-def]
     owner = leases.new_owner()
     found = leases.claim_next(owner=owner)

@@ -37,6 +37,7 @@ expired by the database's clock.
 from __future__ import annotations
 
 import json
+import re
 import time
 import weakref
 from contextvars import ContextVar
@@ -145,25 +146,39 @@ def fetch_prepared(sql: str, params: dict[str, Any]) -> tuple[Any, ...] | None:
         db.close_if_health_check_failed()  # as Django's own cursors do first
         db.ensure_connection()
         _replan_if_due(db.connection)
-        with psycopg.Cursor(db.connection) as cursor:
-            cursor.execute(statement_text(sql), params, prepare=True)
+        text, names = native_statement(sql)
+        with psycopg.RawCursor(db.connection) as cursor:
+            cursor.execute(text, [params[name] for name in names], prepare=True)
             row: tuple[Any, ...] | None = cursor.fetchone()
     return row
 
 
-@lru_cache(maxsize=256)
-def statement_text(sql: str) -> bytes:
-    """SQL as ``fetch_prepared`` sends it: each line stripped and its runs of spaces made one,
-    encoded once.
+_NAMED = re.compile(r"%\((\w+)\)s|%%|%")
 
-    psycopg converts a statement's ``%(name)s`` placeholders with a regular expression on
-    every execution unless the statement fits its cache (``psycopg._queries``: 4 KiB and 50
-    parameters). Indented, a leg's end with the next look was 4.7 KiB, and converting it cost
-    a fifth of a drained leg's CPU. Lines stay lines, so a ``--`` comment still ends where it
-    did; no statement here has a run of spaces inside a quoted literal.
+
+@lru_cache(maxsize=256)
+def native_statement(sql: str) -> tuple[bytes, tuple[str, ...]]:
+    """SQL's ``%(name)s`` placeholders as PostgreSQL's own (``$1``, ``$2``...), with the names
+    in that order: converted once per process, where psycopg's cursors would convert them on
+    every execution.
+
+    psycopg caches its conversion only for a statement under 4 KiB and 50 parameters; a leg's
+    end with the next look is over, and converting it cost a fifth of a drained leg's CPU. Its
+    ``RawCursor`` takes the native placeholders as they are.
     """
-    lines = (" ".join(line.split()) for line in sql.splitlines())
-    return "\n".join(line for line in lines if line).encode()
+    names: list[str] = []
+
+    def native(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name is None:
+            if match.group(0) == "%":
+                raise ValueError(f"a lone % in a statement: {sql[:80]!r}")
+            return "%"
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _NAMED.sub(native, sql).encode(), tuple(names)
 
 
 # A prepared statement's plan is chosen for the tables as they are then, and kept: one chosen
@@ -268,6 +283,8 @@ class Looked:
     taken: Next | None
     oldest: int | None = None
     newest: int | None = None
+    # The look found nothing and marked its drainer standing by (``claim_next``'s STANDBY).
+    standing_by: bool = False
 
 
 @dataclass
@@ -286,8 +303,16 @@ class LookAfterEnd:
     lease_seconds: float
     floor: int
     deadline: float
+    # CHANNEL set: if the look finds nothing, it marks DRAINER standing by on CHANNEL until
+    # DEADLINE, when at least MIN_STANDBY seconds are left (``claim_next``'s STANDBY).
+    channel: str = ""
+    min_standby: float = 0.0
     looked: Looked | None = None
     sent: float = 0.0  # monotonic time the look was sent
+
+    def standby_seconds(self) -> float:
+        left = self.deadline - time.monotonic()
+        return left if self.channel and left >= self.min_standby else 0.0
 
 
 look_after_end: ContextVar[LookAfterEnd | None] = ContextVar("look_after_end", default=None)
@@ -507,13 +532,17 @@ class Portable:
         drainer: str | None = None,
         window: float = 0.0,
         floor: int = 0,
+        standby: float = 0.0,
+        channel: str = "",
     ) -> Looked:
         """Consume the next dispatch record no leg consumed (fair across tenants:
         ``_fair_next``) and claim its task as ``claim`` does; ``taken`` is None when there is
         no such record. With DRAINER, first write that process's ``Drainer`` row: it looks for the
         next record within WINDOW seconds of the database's time (whether or not one was
         found here). FLOOR: look only at records from that id up (a hint PostgreSQL uses,
-        ``leases.claim_next``)."""
+        ``leases.claim_next``). STANDBY > 0 (where ``can_stand_by``): when nothing is waiting,
+        the row says instead that the process stands by for STANDBY seconds on CHANNEL, which
+        it LISTENs on already (``stand_by``, made in the same statement)."""
         with transaction.atomic():
             with self.db.cursor() as cursor:
                 if drainer is not None:
@@ -872,14 +901,18 @@ SELECT old_task.*, NULL FROM old_task
         t = self._tables
         claimed = self._claim_cte(task="(SELECT task_id FROM consumed)", dispatch="")
         started = self._started("consumed.id", "claimed, consumed")
-        return f"""drainer AS (
-            INSERT INTO {t["drainer"]} (name, until, standby, channel)
-            SELECT %(drainer)s::text, statement_timestamp() + make_interval(secs => %(window)s),
-                false, ''
-            WHERE %(drainer)s::text IS NOT NULL
-            ON CONFLICT (name) DO UPDATE SET until = excluded.until, standby = false
-        ), next AS (
+        return f"""next AS (
             {self._fair_next(lock=" FOR UPDATE SKIP LOCKED", floor=" AND d2.id >= %(floor)s")}
+        ), drainer AS (
+            INSERT INTO {t["drainer"]} (name, until, standby, channel)
+            SELECT %(drainer)s::text, statement_timestamp() + make_interval(
+                    secs => CASE WHEN marks THEN %(standby)s ELSE %(window)s END),
+                marks, %(channel)s
+            FROM (SELECT %(standby)s::float8 > 0 AND NOT EXISTS (SELECT 1 FROM next) AS marks) m
+            WHERE %(drainer)s::text IS NOT NULL
+            ON CONFLICT (name) DO UPDATE SET until = excluded.until, standby = excluded.standby,
+                channel = excluded.channel
+            RETURNING standby
         ), consumed AS (
             UPDATE {t["dispatch"]} SET consumed_at = %(now)s
             WHERE id = (SELECT id FROM next)
@@ -893,6 +926,7 @@ SELECT old_task.*, NULL FROM old_task
         return f"""consumed.id, consumed.task_id, consumed.created_at, (SELECT oldest FROM next),
             CASE WHEN consumed.id IS NULL THEN (SELECT max(id) FROM {self._tables["dispatch"]})
                 END,
+            (SELECT standby FROM drainer),
             claimed.tool_name, claimed.arguments, claimed.leg, claimed.client_id,
             claimed.has_journal, claimed.status, claimed.lease_expires_at,
             claimed.cancel_requested_at, consumed.context
@@ -904,9 +938,9 @@ SELECT old_task.*, NULL FROM old_task
 
     def _looked(self, owner: str, row: tuple[Any, ...]) -> Looked:
         """What a look found, from its columns (``_next_columns``)."""
-        dispatch_id, task_id, created_at, oldest, newest, *claimed = row
+        dispatch_id, task_id, created_at, oldest, newest, standing_by, *claimed = row
         if dispatch_id is None:
-            return Looked(None, None, newest)
+            return Looked(None, None, newest, standing_by=bool(standing_by))
         claim = None if claimed[0] is None else self._claimed(task_id, owner, tuple(claimed))
         return Looked(Next(dispatch_id, claim, created_at, oldest), oldest)
 
@@ -936,9 +970,17 @@ SELECT old_task.*, NULL FROM old_task
         drainer: str | None = None,
         window: float = 0.0,
         floor: int = 0,
+        standby: float = 0.0,
+        channel: str = "",
     ) -> Looked:
         params = self._claim_params(owner, now, lease_seconds)
-        params.update(drainer=drainer, window=float(window), floor=floor)
+        params.update(
+            drainer=drainer,
+            window=float(window),
+            floor=floor,
+            standby=float(standby),
+            channel=channel,
+        )
         row = fetch_prepared(self._claim_next_sql, params)
         assert row is not None  # always one row
         return self._looked(owner, row)
@@ -1099,6 +1141,8 @@ SELECT old_task.*, NULL FROM old_task
             drainer=look.drainer,
             window=float(look.window),
             floor=look.floor,
+            standby=look.standby_seconds(),
+            channel=look.channel,
         )
         look.sent = time.monotonic()
         row = fetch_prepared(self._end_and_look_sql(names), params)

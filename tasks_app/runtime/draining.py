@@ -9,8 +9,9 @@ After its own leg a ``run_task_job`` runs ``run_waiting_legs`` for up to
   (``dispatch``). On PostgreSQL the statement that ends a leg makes the next look too
   (``leases.look_after_end``): one statement per leg while records are waiting.
 - When nothing is waiting, the process stands by (PostgreSQL): it LISTENs on a channel of
-  its own and marks its row ``standby``; a web process hands it the next new record (one
-  statement that clears the mark and notifies the channel), and it runs that leg at once.
+  its own and marks its row ``standby`` (in the statement of the look that found nothing);
+  a web process hands it the next new record (one statement that clears the mark and
+  notifies the channel), and it runs that leg at once.
 - It stops by deleting its row and then looking once more (from ``leases._Floor``'s low
   bound): a record committed before any web process read the row is seen by that look, so
   nothing left to the process is ever stranded. If its time runs out with records still
@@ -64,7 +65,7 @@ def run_waiting_legs(*, seconds: float) -> int:
     try:
         while True:
             if look is not None and look.looked is not None:
-                owner, sent, found = look.owner, look.sent, look.looked.taken
+                owner, sent, looked = look.owner, look.sent, look.looked
             else:
                 if time.monotonic() >= deadline:
                     draining = _leave(name)
@@ -73,11 +74,14 @@ def run_waiting_legs(*, seconds: float) -> int:
                     break
                 owner = leases.new_owner()
                 sent = time.monotonic()
-                found = leases.claim_next(owner=owner, drainer=name)
-            look = None
+                looked = leases.look(
+                    owner=owner, drainer=name, standby=_standby_seconds(deadline),
+                    channel=_channel(),
+                )  # fmt: skip
+            found, look = looked.taken, None
             draining = True
             if found is None:
-                found = _stand_by(name, owner, deadline)
+                found = _stand_by(name, owner, deadline, marked=looked.standing_by)
             if found is None:
                 # Leave, then look once more: a record that a web process left to this one
                 # after reading its row is committed by now.
@@ -87,9 +91,11 @@ def run_waiting_legs(*, seconds: float) -> int:
                     break  # nothing is waiting
             _recruit_if_behind(found)
             if found.claim is not None:
+                can_stand_by = _standby_seconds(deadline) > 0
                 with leases.look_after_end(
-                    found.claim.task.pk, drainer=name, deadline=deadline
-                ) as look:
+                    found.claim.task.pk, drainer=name, deadline=deadline,
+                    channel=_channel() if can_stand_by else "", min_standby=MIN_STANDBY_SECONDS,
+                ) as look:  # fmt: skip
                     legs.run_claimed(found.claim, owner, found.dispatch_id, sent, drained=draining)
                 ran += 1
     finally:
@@ -145,22 +151,35 @@ def _recruit_if_behind(found: sql.Next) -> None:
 _listening: weakref.WeakKeyDictionary[psycopg.Connection[Any], str] = weakref.WeakKeyDictionary()
 
 
-def _stand_by(name: str, owner: str, deadline: float) -> sql.Next | None:
-    """Wait until DEADLINE for a web process to hand this process a new record; return what
-    it took, or None (nothing came, or the database cannot hand records over)."""
-    hot = sql.hot_path()
+def _standby_seconds(deadline: float) -> float:
+    """How long this process would stand by if its next look found nothing (0: it would
+    not). Where it would, it LISTENs on its channel from now on, so that a look may mark it
+    standing by in its own statement."""
     remaining = deadline - time.monotonic()
     if (
         not settings.TASKDESK_DRAIN_STANDBY
-        or not hot.can_stand_by
+        or not sql.hot_path().can_stand_by
         or remaining < MIN_STANDBY_SECONDS
     ):
+        return 0.0
+    _listen()
+    return remaining
+
+
+def _stand_by(name: str, owner: str, deadline: float, *, marked: bool) -> sql.Next | None:
+    """Wait until DEADLINE for a web process to hand this process a new record; return what
+    it took, or None (nothing came, or the database cannot hand records over). MARKED: the
+    look that found nothing marked this process standing by already."""
+    remaining = _standby_seconds(deadline)
+    if not remaining:
         return None
     raw = _listen()
-    for _stale in raw.notifies(timeout=0):
-        pass  # hand-offs that arrived while this process was busy: their records were taken
-    hot.stand_by(name, channel=_channel(), seconds=remaining)
-    # A record committed between the last look and the mark above was handed to nobody.
+    if not marked:
+        for _stale in raw.notifies(timeout=0):
+            pass  # hand-offs that arrived while this process was busy: their records were taken
+        sql.hot_path().stand_by(name, channel=_channel(), seconds=remaining)
+    # A record committed after the last look began and before its mark (or the one above)
+    # committed was handed to nobody.
     found = leases.claim_next(owner=owner, thorough=True)
     if found is not None:
         return found

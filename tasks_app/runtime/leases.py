@@ -78,6 +78,20 @@ def claim_next(
     Where the look starts is ``_Floor``'s: THOROUGH looks leave nothing behind but records
     committed since the last full look under older ids.
     """
+    return look(owner=owner, drainer=drainer, thorough=thorough).taken
+
+
+def look(
+    *,
+    owner: str,
+    drainer: str | None = None,
+    thorough: bool = False,
+    standby: float = 0.0,
+    channel: str = "",
+) -> sql.Looked:
+    """``claim_next``, saying also whether the look marked DRAINER standing by: with
+    STANDBY > 0, a look that finds nothing marks it for STANDBY seconds on CHANNEL in the
+    same statement (PostgreSQL; the caller LISTENs on CHANNEL first)."""
     floor = _floor.take(thorough)
     looked = sql.hot_path().claim_next(
         owner=owner,
@@ -86,19 +100,24 @@ def claim_next(
         drainer=drainer,
         window=settings.TASKDESK_DRAIN_WINDOW_SECONDS,
         floor=floor,
+        standby=standby,
+        channel=channel,
     )
     _floor.saw(floor, looked)
-    return looked.taken
+    return looked
 
 
 @contextmanager
-def look_after_end(task_id: str, *, drainer: str, deadline: float) -> Iterator[sql.LookAfterEnd]:
+def look_after_end(
+    task_id: str, *, drainer: str, deadline: float, channel: str = "", min_standby: float = 0.0
+) -> Iterator[sql.LookAfterEnd]:
     """While the leg of TASK_ID runs, have the statement that ends it also look for the next
     waiting record as ``claim_next(drainer=DRAINER)`` would (PostgreSQL), unless the leg ends
     after DEADLINE (monotonic). The look's ``looked`` is what it found, or None when no such
     statement ran (the leg suspended, failed to end, or ended some other way): then look with
-    ``claim_next``."""
-    look = sql.LookAfterEnd(
+    ``claim_next``. With CHANNEL, a look that finds nothing marks DRAINER standing by on it
+    until DEADLINE, if at least MIN_STANDBY seconds are left (as ``look`` does)."""
+    after_end = sql.LookAfterEnd(
         task_id=task_id,
         owner=new_owner(),
         drainer=drainer,
@@ -106,14 +125,16 @@ def look_after_end(task_id: str, *, drainer: str, deadline: float) -> Iterator[s
         lease_seconds=_lease_seconds(),
         floor=_floor.take(False),
         deadline=deadline,
+        channel=channel,
+        min_standby=min_standby,
     )
-    token = sql.look_after_end.set(look)
+    token = sql.look_after_end.set(after_end)
     try:
-        yield look
+        yield after_end
     finally:
         sql.look_after_end.reset(token)
-        if look.looked is not None:
-            _floor.saw(look.floor, look.looked)
+        if after_end.looked is not None:
+            _floor.saw(after_end.floor, after_end.looked)
 
 
 class _Floor:

@@ -99,18 +99,18 @@ def test_a_record_left_to_a_drainer_as_it_leaves_is_still_taken(alice) -> None:
     """The race the protocol closes: a web process reads the drainer's row after its last
     empty look and before it deletes the row, and sends no message."""
     late: list[Task] = []
-    original = leases.claim_next
+    original = leases.look
 
-    def claim_next(**kwargs):  # type: ignore[no-untyped-def]
-        found = original(**kwargs)
-        if found is None and not late:
+    def look(**kwargs):  # type: ignore[no-untyped-def]
+        looked = original(**kwargs)
+        if looked.taken is None and not late:
             # The drainer found nothing; a task is committed and left to it right now.
             assert sql.hot_path().drained()
             late.append(submit(alice, "noop"))
-        return found
+        return looked
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(leases, "claim_next", claim_next)
+        patch.setattr(leases, "look", look)
         assert runtime.run_waiting_legs(seconds=5) == 1
 
     late[0].refresh_from_db()
@@ -268,6 +268,46 @@ def test_a_drainer_with_nothing_to_do_stands_by_and_gets_the_next_task_handed_ov
 
 
 @pytest.mark.postgres
+def test_the_look_that_finds_nothing_marks_the_drainer_standing_by_itself(
+    transactional_db, alice, settings
+) -> None:
+    """A leg's end finds nothing waiting: its statement marks the drainer standing by (no
+    statement of its own for the mark), and the next new task is handed over at once."""
+    settings.TASKDESK_DRAIN_STANDBY = True
+    submit(alice, "noop")
+    marks: list[str] = []
+    original = sql.PostgreSQL.stand_by
+
+    def stand_by(self, drainer: str, **kwargs):  # type: ignore[no-untyped-def]
+        marks.append(drainer)
+        return original(self, drainer, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sql.PostgreSQL, "stand_by", stand_by)
+        thread, ran = _drain_in_thread(seconds=2.0)
+        try:
+            assert _wait_for(lambda: Drainer.objects.filter(standby=True).exists())
+            row = Drainer.objects.get()
+            assert row.channel.startswith("taskdesk_")
+            assert row.until > timezone.now() + timedelta(seconds=1)  # its time, not a window
+            started = time.monotonic()
+            receipt = acceptance.accept(
+                client=alice, tool=get_tool("noop"), arguments={}, era=Era.MODERN
+            )
+            assert _wait_for(
+                lambda: Task.objects.get(pk=receipt.task.pk).status == Status.COMPLETED
+            )
+            assert time.monotonic() - started < 1.0
+        finally:
+            thread.join(10)
+
+    assert ran == [2]
+    assert marks == []  # every mark was made by the look that found nothing
+    handed = [m for m in broker_messages(wait=0.3) if m["kwargs"].get("task_id") == receipt.task.pk]
+    assert handed == []  # the second task was handed over: no message
+
+
+@pytest.mark.postgres
 def test_a_record_is_handed_to_one_drainer_standing_by_and_others_stay(db) -> None:
     now = timezone.now()
     Drainer.objects.create(name="a", until=now + timedelta(seconds=30), standby=True, channel="c_a")
@@ -319,7 +359,7 @@ def _statements(patch: pytest.MonkeyPatch) -> list[str]:
         head = statement.lstrip()
         if head.startswith("WITH ended"):
             seen.append("end+look" if "next AS (" in head else "end")
-        elif head.startswith("WITH drainer"):
+        elif head.startswith("WITH next AS"):
             seen.append("look")
         else:
             seen.append("other")
@@ -351,27 +391,39 @@ def test_a_drainers_leg_ends_and_takes_the_next_record_in_one_statement(
 
 
 @pytest.mark.postgres
-def test_the_hot_statements_are_converted_once_per_process(transactional_db, alice) -> None:
-    """psycopg converts a statement's placeholders afresh on every execution when the text
-    is over its cache's limits (4 KiB, 50 parameters): none of the statements of an
-    acceptance, a drained leg's end and look, or a tasks/get may be."""
+def test_the_hot_statements_are_not_converted_on_every_execution(transactional_db, alice) -> None:
+    """psycopg's cursors convert a statement's named placeholders on each execution (cached
+    only under 4 KiB and 50 parameters, which a leg's end with the next look is over): the
+    statements of an acceptance, a drained leg's end and look, and a tasks/get go to
+    PostgreSQL with native placeholders, converted once per process."""
     import psycopg._queries
 
-    uncached: list[str] = []
-    original = psycopg._queries._query2pg_nocache
+    converted: list[str] = []
 
-    def spy(query: bytes, encoding: str):  # type: ignore[no-untyped-def]
-        uncached.append(bytes(query[:40]).decode())
-        return original(query, encoding)
+    def spy(original):  # type: ignore[no-untyped-def]
+        def converting(query: bytes, encoding: str):  # type: ignore[no-untyped-def]
+            converted.append(bytes(query[:40]).decode())
+            return original(query, encoding)
+
+        return converting
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(psycopg._queries, "_query2pg_nocache", spy)
+        for name in ("_query2pg", "_query2pg_nocache"):
+            patch.setattr(psycopg._queries, name, spy(getattr(psycopg._queries, name)))
         tasks = [submit(alice, "noop") for _ in range(3)]
         assert runtime.run_waiting_legs(seconds=5) == 3
         assert sql.hot_path().task_for_client(alice.pk, tasks[0].pk) is not None
 
-    assert uncached == []
-    assert len(sql.statement_text(sql.hot_path()._end_and_look_sql(("result",)))) < 4096
+    assert converted == []
+    assert all(t.status == Status.COMPLETED for t in Task.objects.filter(pk__in=tasks))
+
+
+def test_named_placeholders_become_native_ones_in_order_of_first_use() -> None:
+    text, names = sql.native_statement("SELECT %(b)s, %(a)s::int, %(b)s, '100%%' WHERE x = %(a_1)s")
+    assert text == b"SELECT $1, $2::int, $1, '100%' WHERE x = $3"
+    assert names == ("b", "a", "a_1")
+    with pytest.raises(ValueError, match="lone %"):
+        sql.native_statement("SELECT %s")
 
 
 def _claimed_first(alice) -> tuple[sql.Next, str]:  # type: ignore[no-untyped-def]

@@ -175,11 +175,13 @@ def _stand_by(name: str, owner: str, deadline: float, *, marked: bool) -> sql.Ne
         return None
     raw = _listen()
     if not marked:
-        for _stale in raw.notifies(timeout=0):
-            pass  # hand-offs that arrived while this process was busy: their records were taken
         sql.hot_path().stand_by(name, channel=_channel(), seconds=remaining)
-    # A record committed after the last look began and before its mark (or the one above)
-    # committed was handed to nobody.
+    # Hand-offs that arrived while this process was busy, and any since the mark: the look
+    # below takes their records (each was committed before its hand-off).
+    for _stale in raw.notifies(timeout=0):
+        pass
+    # A record committed after the last look began and before its mark committed was handed
+    # to nobody.
     found = leases.claim_next(owner=owner, thorough=True)
     if found is not None:
         return found

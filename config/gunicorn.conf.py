@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import socket
+import time
 from typing import Any
 
 _host = os.environ.get("HOST", "127.0.0.1")
@@ -16,6 +18,12 @@ bind = [f"{_host}:{_port}"]
 workers = int(os.environ.get("WEB_WORKERS") or max(2, multiprocessing.cpu_count()))
 # Threads keep a streaming (SSE) response from blocking a whole worker process.
 worker_class = "gthread"
+# Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
+# connections over them. On one shared socket the process that woke first took a client's
+# keep-alive connection for as long as it lasted: in 10 s runs of 16 connections the two
+# processes held 1 and 15, 2 and 14, 4 and 12, and the one holding most was bound to one core
+# (its GIL) while the other idled (docs/benchmarks.md).
+reuse_port = True
 threads = int(os.environ.get("WEB_THREADS") or 4)
 timeout = 120
 graceful_timeout = 10
@@ -48,6 +56,39 @@ if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
             "gunicorn.access": {"handlers": ["console"], "level": "INFO", "propagate": False},
         },
     }
+
+
+def on_starting(server: Any) -> None:
+    """Refuse a port that something already listens on: with SO_REUSEPORT a second server
+    of the same user would otherwise share it, each taking part of the connections. Tried
+    five times a second apart, as gunicorn does its own binds (a server stopping frees it)."""
+    for attempt in range(5):
+        busy = [(address, error) for address in bind if (error := _bind_error(address))]
+        if not busy:
+            return
+        if attempt < 4:
+            server.log.warning("%s is in use; trying again in 1 second", busy[0][0])
+            time.sleep(1)
+    address, error = busy[0]
+    raise SystemExit(
+        f"taskdesk-web: cannot listen on {address}: {error} "
+        "(another server on this port? set PORT to another one)"
+    )
+
+
+def _bind_error(address: str) -> str | None:
+    host, _, port = address.rpartition(":")
+    for family, kind, proto, _name, sockaddr in socket.getaddrinfo(
+        host.strip("[]"), int(port), type=socket.SOCK_STREAM
+    ):
+        with socket.socket(family, kind, proto) as probe:
+            # As gunicorn's own sockets: connections closing in TIME_WAIT do not count.
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                probe.bind(sockaddr)
+            except OSError as error:
+                return error.strerror or str(error)
+    return None
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -1,0 +1,86 @@
+"""The web server's settings (config/gunicorn.conf.py), with gunicorn itself: each web process
+listens on a socket of its own, and a port something already listens on is refused."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.live import BIN, ROOT, free_port, wait_for
+
+
+def _gunicorn(port: int, tmp_path: Path, workers: int = 2) -> subprocess.Popen[bytes]:
+    env = {
+        **os.environ,
+        "HOST": "127.0.0.1",
+        "PORT": str(port),
+        "TASKDESK_PORT": str(port),
+        "WEB_WORKERS": str(workers),
+        "TASKDESK_VAR_DIR": str(tmp_path),
+    }
+    return subprocess.Popen(
+        [str(BIN / "gunicorn"), "config.wsgi", "-c", "config/gunicorn.conf.py"],
+        cwd=ROOT,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
+
+
+def _listening_sockets(port: int) -> set[int]:
+    """Inodes of the TCP sockets listening on PORT (from /proc/net/tcp: state 0A)."""
+    inodes = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        local, state, inode = fields[1], fields[3], int(fields[9])
+        if state == "0A" and int(local.rsplit(":", 1)[1], 16) == port:
+            inodes.add(inode)
+    return inodes
+
+
+@pytest.fixture
+def stopped() -> Iterator[list[subprocess.Popen[bytes]]]:
+    started: list[subprocess.Popen[bytes]] = []
+    yield started
+    for proc in started:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait(15)
+
+
+def test_each_web_process_listens_on_a_socket_of_its_own(tmp_path, stopped) -> None:
+    """SO_REUSEPORT: the kernel spreads new connections over the processes, instead of the
+    first one awake taking every keep-alive connection of a burst."""
+    port = free_port()
+    stopped.append(_gunicorn(port, tmp_path, workers=2))
+
+    wait_for("two listening sockets", lambda: len(_listening_sockets(port)) == 2, timeout=30)
+    connections = [socket.create_connection(("127.0.0.1", port)) for _ in range(16)]
+    try:
+        for connection in connections:
+            connection.sendall(b"GET /healthz HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")
+            assert connection.recv(64).startswith(b"HTTP/1.1 ")
+    finally:
+        for connection in connections:
+            connection.close()
+
+
+def test_a_port_something_already_listens_on_is_refused(tmp_path, stopped) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        web = _gunicorn(port, tmp_path)
+        stopped.append(web)
+
+        output, _ = web.communicate(timeout=30)
+
+    assert web.returncode != 0
+    assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in output.decode()

@@ -239,15 +239,27 @@ if DATABASE_URL:
     # statements, parsed and planned once per connection; Django's own queries use
     # client-side binding and are never prepared. Off (DB_PREPARED_STATEMENTS=false) behind a
     # pooler that cannot keep them, such as PgBouncer before 1.21 in transaction mode.
-    if _postgresql and env_bool("DB_PREPARED_STATEMENTS", True):
+    _prepared = _postgresql and env_bool("DB_PREPARED_STATEMENTS", True)
+    if _prepared:
         _db.setdefault("OPTIONS", {})["prepare_threshold"] = 5
-    # PostgreSQL's JIT compiles a query whose estimated cost passes jit_above_cost, on every
-    # execution: a prepared hot-path statement whose generic plan was costed high (stale
-    # statistics) spent 30 ms compiling to run for 0.3. These are short OLTP statements that
-    # never gain from it. DB_JIT=true leaves the server's setting alone (a pooler that refuses
-    # the startup option, such as PgBouncer without ignore_startup_parameters = options).
+    # Each connection starts with two settings (startup options, no round trip):
+    # - PostgreSQL's JIT compiles a query whose estimated cost passes jit_above_cost, on every
+    #   execution: a prepared hot-path statement whose generic plan was costed high (stale
+    #   statistics) spent 30 ms compiling to run for 0.3. These are short OLTP statements that
+    #   never gain from it.
+    # - A prepared statement gets a plan for its parameter values on its first five
+    #   executions, then keeps its generic plan only if that is costed no higher than theirs.
+    #   A leg's end with the next look (1.7 ms to plan, 0.35 to run) and the look alone stayed
+    #   on custom plans, planned again on every execution: a fifth of PostgreSQL's CPU per
+    #   task. The hot statements take the generic plan at once; it is made anew after every
+    #   DISCARD PLANS (tasks_app.sql), from the statistics of the day.
+    # DB_JIT=true sends neither (a pooler that refuses startup options, such as PgBouncer
+    # without ignore_startup_parameters = options): set them on the database (docs/deploy.md).
     if _postgresql and not env_bool("DB_JIT", False):
-        _db.setdefault("OPTIONS", {})["options"] = "-c jit=off"
+        _startup = ["-c jit=off"]
+        if _prepared:
+            _startup.append("-c plan_cache_mode=force_generic_plan")
+        _db.setdefault("OPTIONS", {})["options"] = " ".join(_startup)
 else:
     _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(VAR_DIR / "taskdesk.sqlite3")}
 

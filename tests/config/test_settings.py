@@ -257,15 +257,26 @@ def test_hsts_covers_subdomains_and_preloads_only_when_asked(tmp_path) -> None: 
     assert asked.stdout.split() == ["31536000", "True", "True"], asked.stderr
 
 
+GENERIC = "-c plan_cache_mode=force_generic_plan"
+
+
 @pytest.mark.parametrize(
-    ("value", "expected"), [(None, "-c jit=off"), ("false", "-c jit=off"), ("true", "None")]
+    ("jit", "prepared", "expected"),
+    [
+        (None, None, f"-c jit=off {GENERIC}"),
+        ("false", None, f"-c jit=off {GENERIC}"),
+        (None, "false", "-c jit=off"),
+        ("true", None, "None"),
+    ],
 )
-def test_postgresql_jit_is_off_for_taskdesks_connections_unless_asked(  # type: ignore[no-untyped-def]
-    tmp_path, value, expected
+def test_postgresql_connections_start_without_jit_and_on_generic_plans_unless_asked(  # type: ignore[no-untyped-def]
+    tmp_path, jit, prepared, expected
 ) -> None:
     env = {"DATABASE_URL": "postgres://postgres@127.0.0.1:5432/any"}
-    if value is not None:
-        env["DB_JIT"] = value
+    if jit is not None:
+        env["DB_JIT"] = jit
+    if prepared is not None:
+        env["DB_PREPARED_STATEMENTS"] = prepared
     code = "from django.conf import settings as s; print(s.DATABASES['default']['OPTIONS'].get('options'))"
     result = run_django(code, env, tmp_path)
     assert result.returncode == 0, result.stderr

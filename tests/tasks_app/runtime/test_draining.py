@@ -418,6 +418,38 @@ def test_the_hot_statements_are_not_converted_on_every_execution(transactional_d
     assert all(t.status == Status.COMPLETED for t in Task.objects.filter(pk__in=tasks))
 
 
+@pytest.mark.postgres
+def test_the_hot_statements_run_on_their_generic_plan_from_the_first_execution(
+    transactional_db, alice
+) -> None:
+    """A prepared statement is planned for its parameter values on its first five
+    executions, and for good when its generic plan is costed higher; a leg's end with the
+    next look costs five times more to plan than to run. Each connection takes the generic
+    plan at once (plan_cache_mode, a startup option): planned once, run many times."""
+    from django.db import connection
+
+    noop = get_tool("noop")
+    tasks = [
+        acceptance.accept(client=alice, tool=noop, arguments={}, era=Era.MODERN).task.pk
+        for _ in range(7)
+    ]
+    assert runtime.run_waiting_legs(seconds=5) == 7
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW plan_cache_mode")
+        assert cursor.fetchone() == ("force_generic_plan",)
+        cursor.execute(
+            "SELECT left(statement, 40), generic_plans, custom_plans FROM pg_prepared_statements"
+        )
+        plans = cursor.fetchall()
+    ran = {text.split()[1]: (generic, custom) for text, generic, custom in plans}
+    # Seven acceptances (WITH new_task ...) and seven ends, each with its look (WITH ended ...).
+    assert ran["new_task"][0] >= 1 and ran["ended"][0] >= 1, plans
+    assert all(custom == 0 for _text, _generic, custom in plans), plans
+    assert set(Task.objects.filter(pk__in=tasks).values_list("status", flat=True)) == {
+        Status.COMPLETED
+    }
+
+
 def test_named_placeholders_become_native_ones_in_order_of_first_use() -> None:
     text, names = sql.native_statement("SELECT %(b)s, %(a)s::int, %(b)s, '100%%' WHERE x = %(a_1)s")
     assert text == b"SELECT $1, $2::int, $1, '100%' WHERE x = $3"

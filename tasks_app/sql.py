@@ -799,11 +799,14 @@ class PostgreSQL(Portable):
     SELECT id, '{EventKind.DUPLICATE_SUBMISSION.value}', %(actor_type)s, %(actor)s, '', '',
         %(detail)s, %(now)s
     FROM old_task WHERE fingerprint = %(fingerprint)s""")  # fmt: skip
+        # A new row is the task as given: only its id comes back (NULL for the other columns,
+        # whose types the UNION takes from old_task), so nothing is read back and converted.
+        inserted = ", ".join("new_task.id" if name == "id" else "NULL" for name in names)
         return f"""
 WITH new_task AS (
     INSERT INTO {t["task"]} ({columns}) VALUES ({values})
     ON CONFLICT (client_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
-    RETURNING {columns}
+    RETURNING id, client_id, status
 ), old_task AS (
     SELECT {columns} FROM {t["task"]}
     WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s
@@ -818,7 +821,7 @@ WITH new_task AS (
     FROM new_task
     RETURNING id
 )
-SELECT new_task.*, outbox.id FROM new_task, outbox
+SELECT {inserted}, outbox.id FROM new_task, outbox
 UNION ALL
 SELECT old_task.*, NULL FROM old_task
 """
@@ -849,8 +852,11 @@ SELECT old_task.*, NULL FROM old_task
                 row = fetch_prepared(self.insert_or_get_sql, params)
             if row is None:
                 continue  # lost a race to a transaction that committed meanwhile: look again
-            found = task_from_row(db, columns, row[:-1])
-            return Accepted(found, row[-1]) if row[-1] is not None else Existing(found)
+            if row[-1] is not None:  # inserted as given: the row is TASK, now saved
+                task._state.adding = False
+                task._state.db = db.alias
+                return Accepted(task, row[-1])
+            return Existing(task_from_row(db, columns, row[:-1]))
         raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
 
     # --- leases -----------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import multiprocessing
 import os
 import socket
 import time
+from pathlib import Path
 from typing import Any
 
 _host = os.environ.get("HOST", "127.0.0.1")
@@ -32,6 +33,13 @@ accesslog = os.environ.get("WEB_ACCESS_LOG") or None
 errorlog = "-"
 loglevel = os.environ.get("LOG_LEVEL", "info").lower()
 proc_name = "taskdesk-web"
+# gunicorn's control socket (for `gunicornc`) lives with this instance's other state. Its
+# default, ~/.gunicorn/gunicorn.ctl, is one path for every gunicorn of the user: a second
+# server took it over from the first, and the first to stop removed it.
+control_socket = str(
+    Path(os.environ.get("TASKDESK_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
+    / "gunicorn.ctl"
+)
 
 # LOG_FORMAT=json: gunicorn's own lines (start-up, worker boots, the access log) as JSON too.
 if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
@@ -74,6 +82,13 @@ def on_starting(server: Any) -> None:
         f"taskdesk-web: cannot listen on {address}: {error} "
         "(another server on this port? set PORT to another one)"
     )
+
+
+def when_ready(server: Any) -> None:
+    """Say where the server listens: with reuse_port each web process binds its own socket,
+    so gunicorn's own "Listening at:" line, written before they start, names none."""
+    addresses = ", ".join(f"http://{address}" for address in bind)
+    server.log.info("Listening at: %s (a socket per web process)", addresses)
 
 
 def _bind_error(address: str) -> str | None:

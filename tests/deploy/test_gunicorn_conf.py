@@ -3,6 +3,7 @@ listens on a socket of its own, and a port something already listens on is refus
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -70,6 +71,37 @@ def test_each_web_process_listens_on_a_socket_of_its_own(tmp_path, stopped) -> N
     finally:
         for connection in connections:
             connection.close()
+
+
+def test_the_log_says_where_it_listens_and_the_control_socket_is_the_instances_own(
+    tmp_path, stopped
+) -> None:
+    """gunicorn's own "Listening at:" names no socket under reuse_port, and its control
+    socket's default (~/.gunicorn/gunicorn.ctl) is shared by every server of the user: two
+    servers, each with its own var folder, keep a control socket each."""
+    first, second = tmp_path / "first", tmp_path / "second"
+    ports = free_port(), free_port()
+    servers = [
+        _gunicorn(port, var, workers=1) for port, var in zip(ports, (first, second), strict=True)
+    ]
+    stopped.extend(servers)
+    for var in (first, second):
+        wait_for(f"{var.name}'s control socket", (var / "gunicorn.ctl").is_socket, timeout=30)
+    shown = subprocess.run(
+        [str(BIN / "gunicornc"), "-s", str(first / "gunicorn.ctl"), "-c", "show workers", "-j"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+    assert json.loads(shown.stdout)["count"] == 1, shown.stdout  # the first's one web process
+    for server in servers:
+        os.killpg(server.pid, signal.SIGTERM)
+    logs = [server.communicate(timeout=30)[0].decode() for server in servers]
+
+    for port, log in zip(ports, logs, strict=True):
+        assert f"Listening at: http://127.0.0.1:{port} (a socket per web process)" in log, log
+    assert not any((var / "gunicorn.ctl").exists() for var in (first, second))
 
 
 def test_a_port_something_already_listens_on_is_refused(tmp_path, stopped) -> None:

@@ -9,7 +9,8 @@ folder can pick the file up while it is still empty and die on the JSON decode. 
 is written under a temporary name the reader ignores and then renamed into place (a rename is
 atomic within one filesystem), and a reader claims a message by renaming it into a folder on
 the same filesystem, so two readers can never both take it and nothing is copied across
-filesystems.
+filesystems. The exchange tables (which queues are bound to an exchange) are locked before
+they are read or written, so processes that start at once cannot write over each other.
 
 A claimed message stays in the claimed folder, named after the process that claimed it, until
 that process acknowledges it (or rejects it, or gives it back at a clean shutdown). A process
@@ -38,12 +39,14 @@ the channel's pool), and a channel whose connection fails is replaced by kombu, 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import uuid
 from functools import cache
+from pathlib import Path
 from queue import Empty
 from time import monotonic
-from typing import Any
+from typing import Any, cast
 
 from kombu.exceptions import ChannelError
 from kombu.transport import filesystem
@@ -182,6 +185,55 @@ class Channel(filesystem.Channel):
                 self._claimed_files[str(tag)] = claimed
             return payload
         raise Empty()
+
+    # An exchange's table (the queues bound to it) is a JSON file. kombu's bind opened a
+    # missing one with "wb" and only then locked it: two processes binding at once on a new
+    # folder (the leg worker and the control worker, as `make run` starts them) both
+    # truncated it and wrote their lists over each other, the shorter list over the longer
+    # one's start, and the next process to read the table died on the JSON. Here a binder
+    # creates the file without truncating it, locks it, and only then reads, adds and
+    # rewrites it whole; a reader takes a file created but not yet written as an empty table.
+    def get_table(self, exchange: str) -> list[Any]:
+        path = self._table_path(exchange)
+        try:
+            with open(path, "rb") as handle:
+                fcntl.flock(handle, fcntl.LOCK_SH)  # released when closed
+                raw = handle.read()
+        except FileNotFoundError:
+            return []
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {path}") from exc
+        return _table(raw)
+
+    def _queue_bind(
+        self, exchange: str, routing_key: str | None, pattern: str | None, queue: str | None
+    ) -> None:
+        path = self._table_path(exchange)
+        self.control_folder.mkdir(exist_ok=True)
+        entry = filesystem.exchange_queue_t(routing_key or "", pattern or "", queue or "")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        except OSError as exc:
+            raise ChannelError(f"Cannot open {path}") from exc
+        with os.fdopen(fd, "rb+", buffering=0) as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)  # released when closed
+            table = _table(handle.read())
+            if entry not in table:
+                table.insert(0, entry)
+                handle.seek(0)
+                handle.truncate()
+                handle.write(str_to_bytes(dumps(table)))
+
+    def _table_path(self, exchange: str) -> Path:
+        # kombu's own path, which also refuses an exchange name unfit for a file name.
+        return cast(Path, cast(Any, self)._exchange_file(exchange))
+
+
+def _table(raw: bytes) -> list[Any]:
+    """An exchange table's entries; an empty file (created, not yet written) is none."""
+    if not raw.strip():
+        return []
+    return [filesystem.exchange_queue_t(*entry) for entry in loads(bytes_to_str(raw))]
 
 
 class Transport(filesystem.Transport):

@@ -4,6 +4,7 @@ exactly once."""
 from __future__ import annotations
 
 import multiprocessing
+import multiprocessing.synchronize
 import uuid
 from pathlib import Path
 
@@ -44,6 +45,39 @@ def _consume(folder: str, out: multiprocessing.Queue, expected: int) -> None:  #
             out.put(message.payload["n"])
             seen += 1
         queue.close()
+
+
+def _bind(folder: str, queue: str, start: multiprocessing.synchronize.Barrier) -> None:
+    with _connection(Path(folder)) as conn:
+        start.wait(10)
+        Queue(queue, Exchange("jobs", type="direct"), routing_key=queue)(
+            conn.default_channel
+        ).declare()
+
+
+def test_processes_binding_queues_to_a_new_exchange_at_once_all_stay_bound(
+    tmp_path: Path,
+) -> None:
+    """The leg worker and the control worker bind their queues as they start: on a new
+    folder, both write the exchange's table at once, and it must stay readable with every
+    queue in it."""
+    (tmp_path / "queue").mkdir()
+    for attempt in range(5):
+        names = [f"q{attempt}-{n}-{'x' * n}" for n in range(6)]  # lists of different lengths
+        start = multiprocessing.Barrier(len(names))
+        binders = [
+            multiprocessing.Process(target=_bind, args=(str(tmp_path), name, start))
+            for name in names
+        ]
+        for binder in binders:
+            binder.start()
+        for binder in binders:
+            binder.join(30)
+        assert [binder.exitcode for binder in binders] == [0] * len(names)
+        with _connection(tmp_path) as conn:
+            table = conn.default_channel.get_table("jobs")
+        assert set(names) <= {entry.queue for entry in table}
+        (tmp_path / "control" / "jobs.exchange").unlink()  # a new exchange again
 
 
 def test_it_is_the_atomic_transport(tmp_path: Path) -> None:

@@ -35,7 +35,8 @@ loglevel = os.environ.get("LOG_LEVEL", "info").lower()
 proc_name = "taskdesk-web"
 # gunicorn's control socket (for `gunicornc`) lives with this instance's other state. Its
 # default, ~/.gunicorn/gunicorn.ctl, is one path for every gunicorn of the user: a second
-# server took it over from the first, and the first to stop removed it.
+# server took it over from the first, and the first to stop removed it. The folder is
+# config.settings.VAR_DIR, by the same rule (this file is read before Django is set up).
 control_socket = str(
     Path(os.environ.get("TASKDESK_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
     / "gunicorn.ctl"

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,6 +88,7 @@ def test_the_log_says_where_it_listens_and_the_control_socket_is_the_instances_o
     stopped.extend(servers)
     for var in (first, second):
         wait_for(f"{var.name}'s control socket", (var / "gunicorn.ctl").is_socket, timeout=30)
+        assert stat.S_IMODE((var / "gunicorn.ctl").stat().st_mode) == 0o600  # its user only
     shown = subprocess.run(
         [str(BIN / "gunicornc"), "-s", str(first / "gunicorn.ctl"), "-c", "show workers", "-j"],
         capture_output=True,

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_process_init, worker_process_shutdown
+from celery.signals import worker_init, worker_process_init, worker_process_shutdown
 from kombu.transport import TRANSPORT_ALIASES
 
 # "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
@@ -17,6 +18,37 @@ os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 app = Celery("taskdesk")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@worker_init.connect
+def _session_takes_the_workers_priority(**kwargs: Any) -> None:
+    share_priority_with_session()
+
+
+def share_priority_with_session() -> None:
+    """Give this process's session the priority the process was started with (``nice``).
+
+    Linux with autogroup (the default where processes are not placed in CPU cgroups) shares
+    the CPU between sessions first and only then between the processes of a session, so a
+    nice value alone ranks a process only against its own session. `make run`'s supervisor
+    starts every process in a session of its own, where the leg worker's ``nice -n 10``
+    (``WORKER_NICE``) would change nothing: the worker would take as much CPU as all the web
+    processes together while clients wait for their receipts. Only a process that leads its
+    session does this, so a worker started from a terminal leaves the terminal's other
+    processes alone. Without autogroup, or at nice 0, it does nothing.
+    """
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    if nice <= 0 or os.getsid(0) != os.getpid():
+        return
+    for _attempt in range(5):
+        try:
+            with open("/proc/self/autogroup", "w") as group:
+                group.write(str(nice))
+            return
+        except BlockingIOError:  # the kernel takes one such change per 100 ms from a user
+            time.sleep(0.1)
+        except OSError:  # no autogroup in this kernel, or not Linux
+            return
 
 
 # For the fault tests only: TASKDESK_TEST_CLOCK_SKEW_SECONDS makes every pool process of a

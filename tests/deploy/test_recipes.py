@@ -93,6 +93,20 @@ def test_the_units_run_a_control_worker_and_leg_workers_that_cover_every_routed_
     assert not queues(worker) & queues(control)
 
 
+def test_the_leg_workers_yield_the_cpu_to_the_web_processes_on_a_shared_host() -> None:
+    """As `make run` starts the leg worker at nice 10 (WORKER_NICE), the recipes put leg
+    workers below the web processes; the control worker and the web keep the default."""
+    worker = (UNITS / "taskdesk-worker@.service").read_text().splitlines()
+    assert "Nice=10" in worker and "CPUWeight=10" in worker
+    for unit in ("taskdesk-web.service", "taskdesk-control.service"):
+        text = (UNITS / unit).read_text()
+        assert "Nice=" not in text and "CPUWeight=" not in text, unit
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    shares = {name: service.get("cpu_shares") for name, service in services.items()}
+    assert shares["worker1"] == shares["worker2"] == 110
+    assert shares["web1"] is shares["web2"] is shares["control"] is None
+
+
 def test_the_compose_file_has_the_documented_layout() -> None:
     compose = yaml.safe_load(COMPOSE.read_text())
 

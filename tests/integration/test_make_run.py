@@ -99,3 +99,50 @@ def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactiona
     assert supervisor.returncode == 1
     for name in ("web", "control", "beat"):
         assert f"{name}.1 stopped" in text, text[-3000:]
+
+
+def _descendants(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, stack = [], [root]
+    while stack:
+        pid = stack.pop()
+        found.append(pid)
+        stack.extend(children.get(pid, []))
+    return found
+
+
+def _started_pid(text: str, name: str) -> int:
+    found = re.search(rf"{name}\.1 started \(pid=(\d+)\)", text)
+    assert found is not None, text[-3000:]
+    return int(found.group(1))
+
+
+def test_the_leg_worker_yields_the_cpu_to_the_web_processes(transactional_db) -> None:  # type: ignore[no-untyped-def]
+    with make_run() as (_supervisor, out):
+        text = out.read_text()
+        processes = {
+            name: _descendants(_started_pid(text, name)) for name in ("web", "worker", "control")
+        }
+        nice = {
+            name: {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids}
+            for name, pids in processes.items()
+        }
+        groups = {
+            name: {Path(f"/proc/{pid}/autogroup").read_text().split()[-1] for pid in pids}
+            for name, pids in processes.items()
+            if Path(f"/proc/{pids[0]}/autogroup").exists()
+        }
+
+    assert len(processes["worker"]) == 3  # the worker and its two pool processes
+    assert nice == {"web": {0}, "worker": {10}, "control": {0}}
+    if not groups:
+        pytest.skip("this kernel has no autogroup; the nice values above are the whole story")
+    # Each process leads a session of its own, whose scheduling group takes its priority.
+    assert groups == {"web": {"0"}, "worker": {"10"}, "control": {"0"}}

@@ -21,24 +21,35 @@ app.autodiscover_tasks()
 
 
 @worker_init.connect
-def _session_takes_the_workers_priority(**kwargs: Any) -> None:
-    share_priority_with_session()
+def _legs_yield_the_cpu(sender: Any = None, **kwargs: Any) -> None:
+    """A leg worker runs below the web processes on a shared host (``WORKER_NICE``): under
+    load, answering a call with its receipt comes before running the legs already queued,
+    which keep nobody's request waiting. The control worker keeps its priority, so that the
+    sweeper, deadlines and retries are not held back. Runs before the pool is forked, so
+    the pool processes inherit it."""
+    from django.conf import settings
+
+    queues = set(sender.app.amqp.queues.consume_from) if sender is not None else set()
+    if queues and settings.TASKDESK_CONTROL_QUEUE not in queues:
+        run_below(settings.WORKER_NICE)
 
 
-def share_priority_with_session() -> None:
-    """Give this process's session the priority the process was started with (``nice``).
+def run_below(nice: int) -> None:
+    """Run this process (and the processes it forks) at ``nice``, and its session too.
 
     Linux with autogroup (the default where processes are not placed in CPU cgroups) shares
     the CPU between sessions first and only then between the processes of a session, so a
     nice value alone ranks a process only against its own session. `make run`'s supervisor
-    starts every process in a session of its own, where the leg worker's ``nice -n 10``
-    (``WORKER_NICE``) would change nothing: the worker would take as much CPU as all the web
-    processes together while clients wait for their receipts. Only a process that leads its
-    session does this, so a worker started from a terminal leaves the terminal's other
-    processes alone. Without autogroup, or at nice 0, it does nothing.
+    starts every process in a session of its own, so the session's scheduling group takes
+    the same value. Only a process that leads its session does that, so a worker started
+    from a terminal leaves the terminal's other processes alone. A priority can only be
+    lowered here: a process already below ``nice`` stays where it is.
     """
-    nice = os.getpriority(os.PRIO_PROCESS, 0)
-    if nice <= 0 or os.getsid(0) != os.getpid():
+    if nice <= 0:
+        return
+    if os.getpriority(os.PRIO_PROCESS, 0) < nice:
+        os.setpriority(os.PRIO_PROCESS, 0, nice)
+    if os.getsid(0) != os.getpid():
         return
     for _attempt in range(5):
         try:

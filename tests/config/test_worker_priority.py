@@ -1,9 +1,9 @@
-"""config.celery.share_priority_with_session: a worker started at a lower priority gives its
-session's scheduling group (Linux autogroup) the same priority, and only when it leads that
-session."""
+"""config.celery.run_below: a leg worker lowers its priority, and its session's scheduling
+group's (Linux autogroup) when it leads that session; settings.WORKER_NICE's default."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -12,20 +12,20 @@ import pytest
 
 from tests.live import ROOT
 
-pytestmark = pytest.mark.skipif(
+needs_autogroup = pytest.mark.skipif(
     not Path("/proc/self/autogroup").exists(), reason="needs a Linux kernel with autogroup"
 )
 
 PROBE = """
 import os, sys
-os.nice(int(sys.argv[1]))
-from config.celery import share_priority_with_session
-share_priority_with_session()
-print(open("/proc/self/autogroup").read().split()[-1])
+from config.celery import run_below
+run_below(int(sys.argv[1]))
+print(os.getpriority(os.PRIO_PROCESS, 0), open("/proc/self/autogroup").read().split()[-1])
 """
 
 
-def _group_nice_after(nice: int, *, own_session: bool) -> str:
+def _nice_after(nice: int, *, own_session: bool) -> tuple[str, str]:
+    """(the process's nice, its session group's) after run_below(NICE)."""
     done = subprocess.run(
         [sys.executable, "-c", PROBE, str(nice)],
         cwd=ROOT,
@@ -34,18 +34,45 @@ def _group_nice_after(nice: int, *, own_session: bool) -> str:
         check=True,
         start_new_session=own_session,
     )
-    return done.stdout.strip()
+    process, group = done.stdout.split()
+    return process, group
 
 
-def test_a_session_leader_started_at_nice_7_puts_its_session_at_nice_7() -> None:
-    assert _group_nice_after(7, own_session=True) == "7"
+@needs_autogroup
+def test_a_session_leader_run_below_7_puts_its_session_at_nice_7() -> None:
+    assert _nice_after(7, own_session=True) == ("7", "7")
 
 
-def test_at_nice_0_the_session_keeps_its_priority() -> None:
-    assert _group_nice_after(0, own_session=True) == "0"
+@needs_autogroup
+def test_below_0_nothing_changes() -> None:
+    assert _nice_after(0, own_session=True) == ("0", "0")
 
 
+@needs_autogroup
 def test_a_process_inside_someone_elses_session_leaves_that_session_alone() -> None:
     before = Path("/proc/self/autogroup").read_text().split()[-1]
-    assert _group_nice_after(7, own_session=False) == before
+    assert _nice_after(7, own_session=False) == ("7", before)
     assert Path("/proc/self/autogroup").read_text().split()[-1] == before
+
+
+@pytest.mark.parametrize(
+    ("database_url", "expected"),
+    [("postgres://u@127.0.0.1/db", 10), ("sqlite:////tmp/x.sqlite3", 0), ("", 0)],
+)
+def test_the_leg_worker_runs_at_nice_10_on_postgresql_and_0_on_sqlite(
+    database_url: str, expected: int
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", "from django.conf import settings; print(settings.WORKER_NICE)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        check=True,
+        env={
+            **os.environ,
+            "DJANGO_SETTINGS_MODULE": "config.settings",
+            "DATABASE_URL": database_url,
+            "WORKER_NICE": "",
+        },
+    )
+    assert done.stdout.strip() == str(expected)

@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.live, pytest.mark.slow]
 
 
 @contextmanager
-def make_run() -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+def make_run(**env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
     """The command `make run` ends in, started in a session of its own (as a terminal's
     foreground job), once every process has said it is up."""
     stack = LiveStack()  # only for its environment: a private folder, port and broker
@@ -40,7 +40,7 @@ def make_run() -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
                 str(stack.port),
             ],
             cwd=ROOT,
-            env={**stack.env, "PATH": f"{BIN}:{os.environ['PATH']}"},
+            env={**stack.env, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
@@ -125,7 +125,7 @@ def _started_pid(text: str, name: str) -> int:
 
 
 def test_the_leg_worker_yields_the_cpu_to_the_web_processes(transactional_db) -> None:  # type: ignore[no-untyped-def]
-    with make_run() as (_supervisor, out):
+    with make_run(WORKER_NICE="7") as (_supervisor, out):
         text = out.read_text()
         processes = {
             name: _descendants(_started_pid(text, name)) for name in ("web", "worker", "control")
@@ -141,8 +141,8 @@ def test_the_leg_worker_yields_the_cpu_to_the_web_processes(transactional_db) ->
         }
 
     assert len(processes["worker"]) == 3  # the worker and its two pool processes
-    assert nice == {"web": {0}, "worker": {10}, "control": {0}}
+    assert nice == {"web": {0}, "worker": {7}, "control": {0}}
     if not groups:
         pytest.skip("this kernel has no autogroup; the nice values above are the whole story")
     # Each process leads a session of its own, whose scheduling group takes its priority.
-    assert groups == {"web": {"0"}, "worker": {"10"}, "control": {"0"}}
+    assert groups == {"web": {"0"}, "worker": {"7"}, "control": {"0"}}

@@ -459,17 +459,18 @@ CELERY_WORKER_SEND_TASK_EVENTS = False
 # and reopening it costs more than a whole leg. With it, a worker process recycles its
 # connection every 2 x this many jobs; CONN_MAX_AGE and CONN_HEALTH_CHECKS still retire old or
 # broken connections.
+CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=1)
 # The leg worker's CPU priority below the web processes (config.celery.run_below): 10 on
 # PostgreSQL. 0 on SQLite, where the web processes wait for the database's one write lock
 # whenever the worker holds it: a worker kept off the CPU while it holds the lock would hold
 # up every web process (measured: end to end fell from 110 to 10 tasks a second).
-WORKER_NICE = min(
-    env_int(
-        "WORKER_NICE", 10 if DATABASES["default"]["ENGINE"] == "config.postgresql" else 0, minimum=0
-    ),
-    19,
+WORKER_NICE = env_int(
+    "WORKER_NICE", 10 if DATABASES["default"]["ENGINE"] == "config.postgresql" else 0, minimum=0
 )
-CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=1)
+if WORKER_NICE > 19:
+    raise ImproperlyConfigured(
+        f"WORKER_NICE must be at most 19 (the lowest priority), not {WORKER_NICE}"
+    )
 CELERY_BEAT_SCHEDULE_FILENAME = str(VAR_DIR / "celerybeat-schedule")
 CELERY_TASK_ALWAYS_EAGER = False
 

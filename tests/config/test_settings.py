@@ -79,6 +79,8 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
         ("TASKDESK_POLL_THROTTLE", "0/s", "TASKDESK_POLL_THROTTLE must be a rate"),
         ("TASKDESK_CACHE_URL", "memcached://x", "TASKDESK_CACHE_URL must be a redis://"),
         ("TASKDESK_MAX_JSON_DEPTH", "500", "TASKDESK_MAX_JSON_DEPTH must be at most 200"),
+        ("WORKER_NICE", "20", "WORKER_NICE must be at most 19"),
+        ("WORKER_NICE", "-5", "WORKER_NICE must be at least 0"),
     ],
 )
 def test_it_refuses_a_malformed_variable_naming_it(tmp_path, name, value, expected) -> None:  # type: ignore[no-untyped-def]

@@ -101,21 +101,12 @@ def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactiona
         assert f"{name}.1 stopped" in text, text[-3000:]
 
 
-def _descendants(root: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, stack = [], [root]
-    while stack:
-        pid = stack.pop()
-        found.append(pid)
-        stack.extend(children.get(pid, []))
-    return found
+def _with_children(pid: int) -> list[int]:
+    """PID and its children: a Celery worker's pool processes, gunicorn's web processes."""
+    out = subprocess.run(
+        ["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True, check=False
+    ).stdout
+    return [pid, *(int(child) for child in out.split())]
 
 
 def _started_pid(text: str, name: str) -> int:
@@ -128,7 +119,7 @@ def test_the_leg_worker_yields_the_cpu_to_the_web_processes(transactional_db) ->
     with make_run(WORKER_NICE="7") as (_supervisor, out):
         text = out.read_text()
         processes = {
-            name: _descendants(_started_pid(text, name)) for name in ("web", "worker", "control")
+            name: _with_children(_started_pid(text, name)) for name in ("web", "worker", "control")
         }
         nice = {
             name: {os.getpriority(os.PRIO_PROCESS, pid) for pid in pids}

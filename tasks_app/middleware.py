@@ -96,7 +96,8 @@ class McpRouteMiddleware:
 
     Placed after the request context and ``SecurityMiddleware``, so every MCP answer still
     gets its request id, metrics, log line and the security headers, and the Host header is
-    checked here as ``CommonMiddleware`` checks it for the pages. What follows in
+    checked here as ``CommonMiddleware`` checks it for the pages, and a JSON answer gets its
+    ``Content-Length`` as ``CommonMiddleware`` gives the pages theirs. What follows in
     ``MIDDLEWARE`` serves the operator console: static files, sessions, CSRF, logins, flash
     messages, htmx, lockouts and the pages' content security policy; none of it applies to a
     bearer-token JSON endpoint, and running it cost every MCP request a fifth of its CPU. An
@@ -119,6 +120,11 @@ class McpRouteMiddleware:
         # (CommonMiddleware, for the pages): DNS rebinding must not reach a local server.
         request.get_host()
         response = self.view(request)
+        # As CommonMiddleware does for the pages: with its length known, a JSON answer goes
+        # out as headers and body, not chunked (headers, a chunk and the end chunk: one more
+        # write for the server, and one more segment for the client to read, on every call).
+        if not response.streaming and not response.has_header("Content-Length"):
+            response["Content-Length"] = str(len(response.content))
         response.setdefault("Content-Security-Policy", self.POLICY)
         response.setdefault("X-Frame-Options", "DENY")
         return response

@@ -85,6 +85,10 @@ def test_a_task_from_initialize_to_cancel(live, alice_token, bob_token) -> None:
     got = alice.call("tasks/get", {"taskId": task_id})["result"]
     assert got["taskId"] == task_id and got["status"] in ("working", "completed")
     assert "content" not in got
+    # A JSON answer goes out with its length, not in chunks (the server's own framing).
+    answer = alice.post(rpc("tasks/get", {"taskId": task_id}))
+    assert answer.headers["Content-Length"] == str(len(answer.content))
+    assert "Transfer-Encoding" not in answer.headers
 
     # Blocking: answers once the worker has finished, with exactly the tool's result.
     result = alice.call("tasks/result", {"taskId": task_id})["result"]

@@ -281,6 +281,8 @@ def test_an_mcp_answer_carries_the_api_headers_and_no_page_machinery(mcp) -> Non
     assert response["X-Content-Type-Options"] == "nosniff"  # SecurityMiddleware ran
     assert response["X-Request-ID"]  # so did the request context
     assert not response.cookies  # no session, no CSRF cookie
+    # Its length is known, so the server sends it whole, not chunked.
+    assert response["Content-Length"] == str(len(response.content))
 
 
 def test_an_mcp_error_carries_them_too(mcp) -> None:  # type: ignore[no-untyped-def]

@@ -63,8 +63,8 @@ from tasks_app.mcp.errors import (
 from tasks_app.mcp.handlers import discovery, handshake
 from tasks_app.mcp.headers import header
 from tasks_app.mcp.methods import handshake_methods
-from tasks_app.mcp.registry import Call, Method, validate
-from tasks_app.mcp.serializers import InitializeParams
+from tasks_app.mcp.params import InitializeParams, validate
+from tasks_app.mcp.registry import Call, Method
 from tasks_app.mcp.streaming import Emit, EndStream, Streamed
 from tasks_app.models import Client, Era, McpSession
 

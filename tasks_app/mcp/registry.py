@@ -11,9 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from rest_framework import serializers
-
-from tasks_app.mcp.errors import InvalidParams
+from tasks_app.mcp.params import Params, validate
 
 if TYPE_CHECKING:
     from rest_framework.request import Request
@@ -49,7 +47,7 @@ class Call:
 class Method:
     name: str
     handler: Handler
-    params: type[serializers.Serializer[Any]] | None
+    params: type[Params] | None
     # The params key that the Mcp-Name header mirrors (SEP-2243; SEP-2663 for tasks/*).
     name_param: str | None
 
@@ -57,24 +55,6 @@ class Method:
         if self.params is None:
             return params
         return validate(self.params, params)
-
-
-def validate(kind: type[serializers.Serializer[Any]], params: dict[str, Any]) -> dict[str, Any]:
-    """PARAMS checked by the serializer KIND; raise InvalidParams naming the first error."""
-    serializer = kind(data=params)
-    if not serializer.is_valid():
-        raise InvalidParams(_first_error(serializer.errors), data={"errors": serializer.errors})
-    return dict(serializer.validated_data)
-
-
-def _first_error(errors: Any, path: str = "params") -> str:
-    if isinstance(errors, dict):
-        for key, value in errors.items():
-            where = path if key == "non_field_errors" else f"{path}.{key}"
-            return _first_error(value, where)
-    if isinstance(errors, list) and errors:
-        return _first_error(errors[0], path)
-    return f"{path}: {errors}"
 
 
 class MethodRegistry:
@@ -85,7 +65,7 @@ class MethodRegistry:
         self,
         name: str,
         *,
-        params: type[serializers.Serializer[Any]] | None = None,
+        params: type[Params] | None = None,
         name_param: str | None = None,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:

@@ -39,14 +39,14 @@ from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, f
 # discovery, prompts and resources register the methods shared below.
 from tasks_app.mcp.handlers import discovery, prompts, resources, tools  # noqa: F401
 from tasks_app.mcp.methods import handshake_methods, methods
-from tasks_app.mcp.registry import Call
-from tasks_app.mcp.serializers import (
+from tasks_app.mcp.params import (
     HandshakeToolsCallParams,
     ListParams,
     ResourcesReadParams,
     SetLevelParams,
     TaskParams,
 )
+from tasks_app.mcp.registry import Call
 from tasks_app.mcp.streaming import Emit, EndStream, Streamed, release_connections
 from tasks_app.models import Actor, Client, Era, Status, Task
 from tasks_app.tools import ToolSpec

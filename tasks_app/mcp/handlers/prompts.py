@@ -8,8 +8,8 @@ from tasks_app.mcp import catalog, limits, mrtr
 from tasks_app.mcp.errors import InvalidParams
 from tasks_app.mcp.handlers import running
 from tasks_app.mcp.methods import methods
+from tasks_app.mcp.params import PromptsGetParams
 from tasks_app.mcp.registry import Call
-from tasks_app.mcp.serializers import PromptsGetParams
 from tasks_app.mcp.streaming import Streamed
 from tasks_app.mcp.sync import SyncContext, TimeUp
 from tasks_app.tools import Cancelled, ToolError

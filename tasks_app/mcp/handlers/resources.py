@@ -9,8 +9,8 @@ from tasks_app.mcp import catalog
 from tasks_app.mcp.errors import InvalidParams
 from tasks_app.mcp.handlers.discovery import LIST_CACHE_SCOPE, LIST_TTL_MS
 from tasks_app.mcp.methods import methods
+from tasks_app.mcp.params import ResourcesReadParams
 from tasks_app.mcp.registry import Call
-from tasks_app.mcp.serializers import ResourcesReadParams
 
 
 @methods.method("resources/read", params=ResourcesReadParams, name_param="uri")

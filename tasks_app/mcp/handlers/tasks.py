@@ -16,8 +16,8 @@ from tasks_app.mcp import limits, wire
 from tasks_app.mcp.auth import PollThrottle
 from tasks_app.mcp.errors import InvalidParams, tasks_extension_required
 from tasks_app.mcp.methods import methods
+from tasks_app.mcp.params import TaskParams, TasksUpdateParams
 from tasks_app.mcp.registry import Call
-from tasks_app.mcp.serializers import TaskParams, TasksUpdateParams
 from tasks_app.models import Actor, Status, Task
 
 

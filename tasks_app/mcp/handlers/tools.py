@@ -38,8 +38,8 @@ from tasks_app.mcp.errors import (
 from tasks_app.mcp.handlers import running
 from tasks_app.mcp.headers import check_param_headers
 from tasks_app.mcp.methods import methods
+from tasks_app.mcp.params import ToolsCallParams
 from tasks_app.mcp.registry import Call
-from tasks_app.mcp.serializers import ToolsCallParams
 from tasks_app.mcp.streaming import Streamed
 from tasks_app.mcp.sync import Escalate, NeedInput, SyncContext, TimeUp
 from tasks_app.models import Era, Status, Task

@@ -250,15 +250,28 @@ class LiveStack:
         if proc is not None:
             stop_process(proc, sig, timeout)
 
-    def close(self) -> None:
+    def close(self, *, graceful: bool = True) -> None:
         """Stop every process of the stack: all are told at once, then each is waited for.
 
         Only each group's leader (gunicorn's master, a Celery worker's main process) gets
         SIGTERM, as a supervisor sends it: it stops its own children. Signalled directly, a
         pool process can die before its main process has begun its warm shutdown, which
         the main process then reports as a lost child. Whatever of a group is still there
-        after the wait is killed."""
+        after the wait is killed.
+
+        Not GRACEFUL (the end of a test that did not stop the stack itself): every group is
+        killed at once. A worker's warm shutdown takes about 3 s even when idle (its pool
+        processes wait for the main process to read their last results), and a test that
+        does not look at the shutdown has no use for it; the tests of stopping stop the
+        stack themselves, or run ``make run``."""
         procs = [self.procs.pop(name) for name in list(self.procs)]
+        if not graceful:
+            for proc in procs:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+            for proc in procs:
+                proc.wait(10)
+            return
         for proc in procs:
             if proc.poll() is None:
                 with contextlib.suppress(ProcessLookupError):
@@ -339,7 +352,7 @@ def live_stack(**kwargs: Any) -> Iterator[LiveStack]:
     try:
         yield stack.start()
     finally:
-        stack.close()
+        stack.close(graceful=False)
 
 
 def kill(stack: LiveStack, pid: int) -> None:

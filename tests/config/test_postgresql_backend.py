@@ -150,3 +150,30 @@ def test_plans_are_dropped_only_when_due() -> None:
     sql._planned_at[raw] -= sql.PLAN_MAX_AGE_SECONDS  # type: ignore[index]
     sql._replan_if_due(raw)  # type: ignore[arg-type]
     assert raw.sent == ["DISCARD PLANS"]
+
+
+def test_prepared_statements_keep_one_cursor_per_connection_and_read_timestamps_in_utc() -> None:
+    """fetch_prepared runs on a cursor it keeps for the connection (its adapters are made
+    once), takes a new one on a new connection, and reads a timestamp as Django does: the
+    same moment, in UTC."""
+    from datetime import UTC, datetime
+
+    from tasks_app import sql
+
+    connection = connections["default"]
+    statement = "SELECT %(at)s::timestamptz, '2026-01-02 03:04:05.123456+05'::timestamptz"
+    at = datetime(2026, 12, 4, 18, 0, 0, 250_000, tzinfo=UTC)
+    first = sql.fetch_prepared(statement, {"at": at})
+    kept = connection._kept_cursor
+    assert sql.fetch_prepared(statement, {"at": at}) == first
+    assert connection._kept_cursor is kept
+
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT '2026-01-02 03:04:05.123456+05'::timestamptz")
+        (django_read,) = cursor.fetchone()
+    assert first == (at, django_read)
+    assert first[1].tzinfo == django_read.tzinfo == UTC
+
+    connection.close()
+    assert sql.fetch_prepared(statement, {"at": at}) == first
+    assert connection._kept_cursor is not kept

@@ -32,8 +32,8 @@ LOGGED_METHODS = frozenset({"tasks/cancel", "tasks/update", "initialize"})
 
 
 def request_id_for(request: HttpRequest) -> str:
-    sent = request.headers.get(HEADER, "")
-    return sent if _USABLE.fullmatch(sent) else uuid.uuid4().hex
+    given = request.META.get("HTTP_X_REQUEST_ID", "")
+    return given if _USABLE.fullmatch(given) else uuid.uuid4().hex
 
 
 class RequestContextMiddleware:

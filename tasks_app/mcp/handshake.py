@@ -61,7 +61,7 @@ from tasks_app.mcp.errors import (
     from_code,
 )
 from tasks_app.mcp.handlers import discovery, handshake
-from tasks_app.mcp.headers import header
+from tasks_app.mcp.headers import header, sent
 from tasks_app.mcp.methods import handshake_methods
 from tasks_app.mcp.params import InitializeParams, validate
 from tasks_app.mcp.registry import Call, Method
@@ -138,10 +138,10 @@ class HandshakeEra(eras.ProtocolEra):
         meta = params.get("_meta") if isinstance(params, dict) else None
         if isinstance(meta, dict) and envelope.PROTOCOL_VERSION in meta:
             return False  # the body speaks 2026-07-28, whatever the headers say
-        version = request.headers.get(VERSION_HEADER)
+        version = sent(request, VERSION_HEADER)
         if version is not None:
             return version.strip() in self.versions
-        return message.get("method") == "initialize" or SESSION_HEADER in request.headers
+        return message.get("method") == "initialize" or sent(request, SESSION_HEADER) is not None
 
     # --- POST ------------------------------------------------------------------------------
 
@@ -283,14 +283,14 @@ class HandshakeEra(eras.ProtocolEra):
                 prime=_prime(resume),
             )
         message = streaming.success(request_id, shape(result), result_type=False)
-        if streaming.prefers_events(request.headers.get("Accept", "")):
+        if streaming.prefers_events(sent(request, "Accept") or ""):
             return streaming.event_response(message)
         return streaming.json_response(message)
 
     # --- GET and DELETE --------------------------------------------------------------------
 
     def serves_other_method(self, request: Request) -> bool:
-        return SESSION_HEADER in request.headers  # no session: the stateless wire's 405
+        return sent(request, SESSION_HEADER) is not None  # no session: the stateless wire's 405
 
     def other_method(self, request: Request, view: APIView, client: Client) -> HttpResponseBase:
         try:
@@ -298,10 +298,10 @@ class HandshakeEra(eras.ProtocolEra):
             if request.method == "DELETE":
                 sessions.end_session(session)
                 return HttpResponse(status=204)
-            accept = request.headers.get("Accept", "")
+            accept = sent(request, "Accept") or ""
             if "text/event-stream" not in accept and "*/*" not in accept:
                 raise NotAcceptable("The GET stream needs Accept: text/event-stream")
-            last = request.headers.get("Last-Event-ID")
+            last = sent(request, "Last-Event-ID")
             if last:
                 return self._resume(request, session, client, last)
             return session_streams.session_stream(

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from tasks_app.mcp.headers import sent
 from tasks_app.mcp.params import Params, validate
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class Call:
     session: McpSession | None = None
 
     def header(self, name: str) -> str | None:
-        return self.request.headers.get(name)
+        return sent(self.request, name)
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,7 @@ from tasks_app.mcp.errors import (
     Unauthorized,
     UnsupportedMediaType,
 )
+from tasks_app.mcp.headers import sent
 from tasks_app.models import Client
 
 log = logging.getLogger("tasks_app.mcp")
@@ -127,7 +128,7 @@ class McpView(APIView):
             request.method not in ("GET", "DELETE") or eras.for_other_method(request) is None
         ):
             raise MethodNotAllowed()
-        origin = request.headers.get("Origin")
+        origin = sent(request, "Origin")
         # Browsers send Origin; a page from a foreign origin must not reach a local server
         # (DNS rebinding). Clients that are not browsers send none.
         if origin is not None and origin.rstrip("/").lower() not in _allowed_origins():
@@ -153,10 +154,10 @@ class McpView(APIView):
         return era.other_method(request, self, cast(Client, request.user))
 
     def _message(self, request: Request) -> dict[str, Any]:
-        content_type = request.headers.get("Content-Type", "")
+        content_type = sent(request, "Content-Type") or ""
         if content_type.split(";", 1)[0].strip().lower() != "application/json":
             raise UnsupportedMediaType()
-        accept = request.headers.get("Accept")
+        accept = sent(request, "Accept")
         if accept is not None:
             types = _media_types(accept)
             if not (types & _JSON_TYPES and types & _SSE_TYPES):

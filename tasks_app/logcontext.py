@@ -14,8 +14,6 @@ worker process, logs the request id of the call that created the task.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
-from contextlib import contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -33,14 +31,26 @@ def _present(fields: dict[str, Any]) -> dict[str, Any]:
     return {name: value for name, value in fields.items() if value is not None and value != ""}
 
 
-@contextmanager
-def bound(**fields: Any) -> Iterator[dict[str, Any]]:
-    """Open a context holding FIELDS (and the enclosing context's) until the block ends."""
-    token = _context.set({**(_context.get() or {}), **_present(fields)})
-    try:
-        yield _context.get() or {}
-    finally:
-        _context.reset(token)
+def bound(**fields: Any) -> _Bound:
+    """Open a context holding FIELDS (and the enclosing context's) until the block ends; the
+    ``with`` statement gets the context."""
+    return _Bound(fields)
+
+
+class _Bound:
+    # A class rather than a generator-based context manager: every request and leg opens one.
+    __slots__ = ("_fields", "_token")
+
+    def __init__(self, fields: dict[str, Any]) -> None:
+        self._fields = fields
+
+    def __enter__(self) -> dict[str, Any]:
+        context = {**(_context.get() or {}), **_present(self._fields)}
+        self._token = _context.set(context)
+        return context
+
+    def __exit__(self, *exc_info: object) -> None:
+        _context.reset(self._token)
 
 
 def update(**fields: Any) -> None:

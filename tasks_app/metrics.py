@@ -24,6 +24,7 @@ import ipaddress
 import logging
 from collections.abc import Iterable, Iterator
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -79,23 +80,37 @@ MCP_REQUEST_DURATION = Histogram(
 )
 
 
+# The labelled child of each metric, by its label values: ``labels()`` checks and looks them up
+# under a lock on every call, twice per MCP request and three times per leg. The values come
+# from short, fixed lists (tools, methods, codes, statuses), so the cache stays small.
+_children: dict[tuple[object, ...], Any] = {}
+
+
+def _child(metric: Counter | Histogram, *values: str) -> Any:
+    key = (metric, *values)
+    child = _children.get(key)
+    if child is None:
+        child = _children[key] = metric.labels(*values)
+    return child
+
+
 def task_accepted(*, tool: str, replayed: bool) -> None:
-    TASKS_ACCEPTED.labels(tool=tool, replayed="true" if replayed else "false").inc()
+    _child(TASKS_ACCEPTED, tool, "true" if replayed else "false").inc()
 
 
 def task_ended(*, tool: str, status: str, created_at: datetime | None, now: datetime) -> None:
     if created_at is not None:
         seconds = max((now - created_at).total_seconds(), 0.0)
-        TASK_DURATION.labels(tool=tool, status=status).observe(seconds)
+        _child(TASK_DURATION, tool, status).observe(seconds)
 
 
 def leg_ended(*, tool: str, seconds: float) -> None:
-    LEG_DURATION.labels(tool=tool).observe(seconds)
+    _child(LEG_DURATION, tool).observe(seconds)
 
 
 def mcp_request(*, method: str, code: str, seconds: float) -> None:
-    MCP_REQUESTS.labels(method=method, code=code).inc()
-    MCP_REQUEST_DURATION.labels(method=method).observe(seconds)
+    _child(MCP_REQUESTS, method, code).inc()
+    _child(MCP_REQUEST_DURATION, method).observe(seconds)
 
 
 # --- what the database says --------------------------------------------------------------

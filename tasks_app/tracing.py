@@ -22,8 +22,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from tasks_app import logcontext
@@ -79,29 +78,32 @@ def _attributes(fields: dict[str, Any]) -> dict[str, Any]:
     return {f"taskdesk.{k}": v for k, v in fields.items() if isinstance(v, str | int | float)}
 
 
-@contextmanager
-def span(name: str, **attributes: Any) -> Iterator[Any]:
+# What span() and continued() give while tracing is off: one shared context manager, not a
+# generator per call (a request opens two, a leg one).
+_OFF = nullcontext(None)
+
+
+def span(name: str, **attributes: Any) -> AbstractContextManager[Any]:
     """A span NAME, child of the current one (None, and no cost, while tracing is off)."""
     if _tracer is None:
-        yield None
-        return
-    with _tracer.start_as_current_span(name, attributes=_attributes(attributes)) as current:
-        yield current
+        return _OFF
+    started: AbstractContextManager[Any] = _tracer.start_as_current_span(
+        name, attributes=_attributes(attributes)
+    )
+    return started
 
 
-@contextmanager
-def continued(carrier: dict[str, Any], name: str, **attributes: Any) -> Iterator[Any]:
+def continued(carrier: dict[str, Any], name: str, **attributes: Any) -> AbstractContextManager[Any]:
     """A span NAME continuing the trace whose context CARRIER holds (``origin``)."""
     if _tracer is None:
-        yield None
-        return
+        return _OFF
     from opentelemetry.propagate import extract
 
     context = extract({k: v for k, v in carrier.items() if isinstance(v, str)})
-    with _tracer.start_as_current_span(
+    started: AbstractContextManager[Any] = _tracer.start_as_current_span(
         name, context=context, attributes=_attributes(attributes)
-    ) as current:
-        yield current
+    )
+    return started
 
 
 def carrier() -> dict[str, str]:

@@ -19,6 +19,7 @@ from datetime import timedelta
 from typing import Any, Literal, TypeVar, overload
 
 import jsonschema
+import jsonschema_rs
 import pydantic
 from django.conf import settings
 
@@ -80,11 +81,12 @@ class ToolSpec:
         Raise InvalidArguments with a message naming the offending argument.
         """
         _reject_non_finite(arguments, path="arguments")
-        errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
-        if errors:
-            first = errors[0]
-            where = ".".join(str(p) for p in first.path) or "arguments"
-            raise InvalidArguments(f"{where}: {first.message}")
+        if self._fast_validator is None or not self._fast_validator.is_valid(arguments):
+            errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
+            if errors:
+                first = errors[0]
+                where = ".".join(str(p) for p in first.path) or "arguments"
+                raise InvalidArguments(f"{where}: {first.message}")
         normalized: dict[str, Any] = _normalize(arguments, self.input_schema)
         self.call_arguments(normalized)  # what the schema cannot say (a date's format, ...)
         return normalized
@@ -122,6 +124,18 @@ class ToolSpec:
     def _validator(self) -> jsonschema.Draft202012Validator:
         # Built once per tool: constructing a validator costs more than most validations.
         return jsonschema.Draft202012Validator(self.input_schema)
+
+    @functools.cached_property
+    def _fast_validator(self) -> jsonschema_rs.Draft202012Validator | None:
+        """The same schema compiled by jsonschema-rs, which tells valid arguments from
+        invalid ones in about a hundredth of the time (0.14 us against 14 for a small
+        object): every ``tools/call`` asks, and only a refused call goes on to the reference
+        validator above, for its messages. Formats stay annotations, as there. None for a
+        schema it cannot compile (the reference validator alone then)."""
+        try:
+            return jsonschema_rs.Draft202012Validator(self.input_schema, validate_formats=False)
+        except ValueError:  # jsonschema_rs.ValidationError is one
+            return None
 
     def wire(self) -> dict[str, Any]:
         """The tool as ``tools/list`` shows it."""

@@ -81,7 +81,7 @@ class ToolSpec:
         Raise InvalidArguments with a message naming the offending argument.
         """
         _reject_non_finite(arguments, path="arguments")
-        if self._fast_validator is None or not self._fast_validator.is_valid(arguments):
+        if not self._surely_valid(arguments):
             errors = sorted(self._validator.iter_errors(arguments), key=lambda e: list(e.path))
             if errors:
                 first = errors[0]
@@ -136,6 +136,15 @@ class ToolSpec:
             return jsonschema_rs.Draft202012Validator(self.input_schema, validate_formats=False)
         except ValueError:  # jsonschema_rs.ValidationError is one
             return None
+
+    def _surely_valid(self, arguments: dict[str, Any]) -> bool:
+        """Whether jsonschema-rs finds ARGUMENTS valid (False: ask the reference validator)."""
+        if self._fast_validator is None:
+            return False
+        try:
+            return bool(self._fast_validator.is_valid(arguments))
+        except ValueError:  # a value JSON cannot hold (a Python caller's date, bytes...)
+            return False
 
     def wire(self) -> dict[str, Any]:
         """The tool as ``tools/list`` shows it."""

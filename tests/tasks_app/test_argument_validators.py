@@ -5,6 +5,7 @@ with generated JSON values and with values near each schema's edges."""
 
 from __future__ import annotations
 
+from datetime import date
 from typing import Any
 
 import jsonschema
@@ -191,3 +192,8 @@ def test_refused_arguments_keep_the_reference_message() -> None:
         spec.normalize_arguments({"amount_cents": "five"})
     with pytest.raises(InvalidArguments, match="'amount_cents' is a required property"):
         spec.normalize_arguments({})
+    # A value JSON cannot hold (a Python caller's own objects): the reference validator decides.
+    with pytest.raises(
+        InvalidArguments, match=r"note: datetime\.date\(.*\) is not of type 'string'"
+    ):
+        spec.normalize_arguments({"amount_cents": 5, "note": date(2026, 12, 4)})

@@ -81,7 +81,7 @@ MCP_REQUEST_DURATION = Histogram(
 
 
 # The labelled child of each metric, by its label values: ``labels()`` checks and looks them up
-# under a lock on every call, twice per MCP request and three times per leg. The values come
+# under a lock on every call, twice per MCP request and twice per finished leg. The values come
 # from short, fixed lists (tools, methods, codes, statuses), so the cache stays small.
 _children: dict[tuple[object, ...], Any] = {}
 

@@ -22,6 +22,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 
 from tasks_app import logcontext, metrics, tracing
+from tasks_app.mcp.headers import sent
 from tasks_app.mcp.methods import methods
 
 log = logging.getLogger("tasks_app.mcp")
@@ -34,7 +35,7 @@ LOGGED_METHODS = frozenset({"tasks/cancel", "tasks/update", "initialize"})
 
 
 def request_id_for(request: HttpRequest) -> str:
-    given = request.META.get("HTTP_X_REQUEST_ID", "")
+    given = sent(request, HEADER) or ""
     return given if _USABLE.fullmatch(given) else new_request_id()
 
 

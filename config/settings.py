@@ -539,6 +539,10 @@ TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimu
 TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8)
 if TASKDESK_MAX_JSON_DEPTH > 200:
     raise ImproperlyConfigured("TASKDESK_MAX_JSON_DEPTH must be at most 200")
+# The 2026-07-28 wire: a tasks/get, tasks/update or tasks/cancel without the Mcp-Name routing
+# header is served from its params.taskId (and counted); on, it is refused with -32020. A
+# header that disagrees with the body is refused either way.
+TASKDESK_STRICT_ROUTING_HEADERS = env_bool("TASKDESK_STRICT_ROUTING_HEADERS", False)
 TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, minimum=1)
 TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)
 TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)

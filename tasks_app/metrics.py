@@ -78,6 +78,12 @@ MCP_REQUEST_DURATION = Histogram(
     ["method"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60),
 )
+MCP_ROUTING_HEADER_MISSING = Counter(
+    "taskdesk_mcp_routing_header_missing",
+    "2026-07-28 requests served without the Mcp-Name routing header the tasks extension asks "
+    "clients to send (tasks/get, tasks/update, tasks/cancel), by JSON-RPC method.",
+    ["method"],
+)
 
 
 # The labelled child of each metric, by its label values: ``labels()`` checks and looks them up
@@ -111,6 +117,10 @@ def leg_ended(*, tool: str, seconds: float) -> None:
 def mcp_request(*, method: str, code: str, seconds: float) -> None:
     _child(MCP_REQUESTS, method, code).inc()
     _child(MCP_REQUEST_DURATION, method).observe(seconds)
+
+
+def mcp_routing_header_missing(*, method: str) -> None:
+    _child(MCP_ROUTING_HEADER_MISSING, method).inc()
 
 
 # --- what the database says --------------------------------------------------------------

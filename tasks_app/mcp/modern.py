@@ -5,16 +5,26 @@ shape (-32600), the envelope (-32602), the MCP headers against the body (-32020,
 the protocol version (-32022), the method (-32601, HTTP 404: removed methods such as
 ``initialize``, ``ping``, ``tasks/list`` and ``tasks/result`` are simply absent), the
 ``Mcp-Name`` header of name-bearing methods (-32020), then the method's params (-32602).
+
+``Mcp-Name`` must be present on ``tools/call``, ``prompts/get`` and ``resources/read`` (the
+core's required headers). On ``tasks/get``, ``tasks/update`` and ``tasks/cancel`` it is the
+tasks extension's routing header: one that disagrees with ``params.taskId`` is -32020, a
+missing one is served from the body (clients such as fastmcp-tasks 4.1.4 leave it out) and
+counted in ``taskdesk_mcp_routing_header_missing_total``, unless
+``TASKDESK_STRICT_ROUTING_HEADERS`` refuses it too. ``MCP-Protocol-Version`` and
+``Mcp-Method`` are required on every request, as the core says.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
 from django.http import HttpResponse, HttpResponseBase
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
+from tasks_app import metrics
 from tasks_app.mcp import (
     envelope,
     eras,
@@ -31,7 +41,7 @@ from tasks_app.mcp.errors import (
 )
 from tasks_app.mcp.headers import header
 from tasks_app.mcp.methods import methods
-from tasks_app.mcp.registry import Call
+from tasks_app.mcp.registry import Call, Method
 from tasks_app.mcp.streaming import Streamed
 from tasks_app.models import Client
 
@@ -43,6 +53,24 @@ def _request_id(message: dict[str, Any]) -> str | int:
     if isinstance(request_id, bool) or not isinstance(request_id, str | int):
         raise InvalidRequest("id must be a string or an integer")
     return request_id
+
+
+def _check_name(request: Request, spec: Method, value: str) -> None:
+    """Raise HeaderMismatch unless the ``Mcp-Name`` header equals VALUE, the body's
+    ``params[spec.name_param]``. A missing header is accepted where the method does not
+    require it (tasks/*: the body's taskId is what is served) unless
+    ``TASKDESK_STRICT_ROUTING_HEADERS``, and counted; one that disagrees never is (SEP-2663:
+    a server that sees both must reject a mismatch)."""
+    sent_name = header(request, "Mcp-Name")
+    if sent_name is None:
+        if not spec.name_required and not settings.TASKDESK_STRICT_ROUTING_HEADERS:
+            metrics.mcp_routing_header_missing(method=spec.name)
+            return
+        raise HeaderMismatch(
+            f"The Mcp-Name header is missing: it must be present and equal params.{spec.name_param}"
+        )
+    if sent_name != value:
+        raise HeaderMismatch(f"The Mcp-Name header must equal params.{spec.name_param}")
 
 
 class ModernEra(eras.ProtocolEra):
@@ -105,10 +133,8 @@ class ModernEra(eras.ProtocolEra):
             raise MethodNotFound(f"Method not found: {method}")
         if spec.name_param is not None:
             value = params.get(spec.name_param)
-            if isinstance(value, str) and header(request, "Mcp-Name") != value:
-                raise HeaderMismatch(
-                    f"The Mcp-Name header must be present and equal params.{spec.name_param}"
-                )
+            if isinstance(value, str):
+                _check_name(request, spec, value)
         call = Call(
             id=request_id,
             method=method,

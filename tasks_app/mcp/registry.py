@@ -51,6 +51,12 @@ class Method:
     params: type[Params] | None
     # The params key that the Mcp-Name header mirrors (SEP-2243; SEP-2663 for tasks/*).
     name_param: str | None
+    # Whether a request without that header is refused. The core requires it on tools/call,
+    # prompts/get and resources/read and lists a missing one as a header validation failure
+    # (streamable-http.mdx, "Server Validation"); the tasks extension only tells clients to
+    # set it on tasks/* for routing ("Streamable HTTP: Routing Headers"), so there a missing
+    # one is served from the body unless TASKDESK_STRICT_ROUTING_HEADERS is on.
+    name_required: bool = True
 
     def validate(self, params: dict[str, Any]) -> dict[str, Any]:
         if self.params is None:
@@ -68,11 +74,12 @@ class MethodRegistry:
         *,
         params: type[Params] | None = None,
         name_param: str | None = None,
+        name_required: bool = True,
     ) -> Callable[[Handler], Handler]:
         def register(handler: Handler) -> Handler:
             if name in self._methods:
                 raise ValueError(f"method {name} is registered twice")
-            self._methods[name] = Method(name, handler, params, name_param)
+            self._methods[name] = Method(name, handler, params, name_param, name_required)
             return handler
 
         return register

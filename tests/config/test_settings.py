@@ -79,6 +79,11 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
         ("TASKDESK_POLL_THROTTLE", "0/s", "TASKDESK_POLL_THROTTLE must be a rate"),
         ("TASKDESK_CACHE_URL", "memcached://x", "TASKDESK_CACHE_URL must be a redis://"),
         ("TASKDESK_MAX_JSON_DEPTH", "500", "TASKDESK_MAX_JSON_DEPTH must be at most 200"),
+        (
+            "TASKDESK_STRICT_ROUTING_HEADERS",
+            "strict",
+            "TASKDESK_STRICT_ROUTING_HEADERS must be a boolean",
+        ),
         ("WORKER_NICE", "20", "WORKER_NICE must be at most 19"),
         ("WORKER_NICE", "-5", "WORKER_NICE must be at least 0"),
     ],
@@ -103,6 +108,14 @@ def test_it_defaults_to_sqlite_and_the_embedded_broker_with_debug_off(tmp_path) 
     assert float(poll) <= 0.1
     assert "['127.0.0.1', 'localhost', '[::1]']" in rest
     assert "'http://127.0.0.1:8000', 'http://localhost:8000', 'http://[::1]:8000'" in rest
+
+
+@pytest.mark.parametrize(("value", "expected"), [("", "False"), ("1", "True"), ("off", "False")])
+def test_strict_routing_headers_is_off_unless_set(tmp_path, value, expected) -> None:  # type: ignore[no-untyped-def]
+    code = "from django.conf import settings as s; print(s.TASKDESK_STRICT_ROUTING_HEADERS)"
+    result = run_django(code, {"TASKDESK_STRICT_ROUTING_HEADERS": value}, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
 
 
 def test_it_generates_the_secret_key_once_readable_only_by_the_owner(tmp_path) -> None:  # type: ignore[no-untyped-def]

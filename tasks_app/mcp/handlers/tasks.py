@@ -2,7 +2,9 @@
 
 Each checks that its own request declares the extension before it looks the task up, so a
 non-declaring client learns nothing about which ids exist (-32021 first, then -32602). A task
-of another client answers exactly like an unknown one.
+of another client answers exactly like an unknown one. Their ``Mcp-Name`` header is a routing
+hint: one that disagrees with ``params.taskId`` is refused, a missing one is not
+(``name_required=False``; see ``tasks_app.mcp.modern``).
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ def _task(call: Call) -> Task:
         raise InvalidParams(f"Task {task_id} not found", data={"taskId": task_id}) from None
 
 
-@methods.method("tasks/get", params=TaskParams, name_param="taskId")
+@methods.method("tasks/get", params=TaskParams, name_param="taskId", name_required=False)
 def tasks_get(call: Call) -> dict[str, Any]:
     task = _task(call)
     throttle = PollThrottle(task.pk)  # counted per client and task, in the shared cache
@@ -49,7 +51,7 @@ def tasks_get(call: Call) -> dict[str, Any]:
     return wire.detailed_task(task, requests)
 
 
-@methods.method("tasks/update", params=TasksUpdateParams, name_param="taskId")
+@methods.method("tasks/update", params=TasksUpdateParams, name_param="taskId", name_required=False)
 def tasks_update(call: Call) -> dict[str, Any]:
     task = _task(call)
     # Unknown, already answered or invalid keys are ignored (the ack promises nothing); the
@@ -62,7 +64,7 @@ def tasks_update(call: Call) -> dict[str, Any]:
     return {}
 
 
-@methods.method("tasks/cancel", params=TaskParams, name_param="taskId")
+@methods.method("tasks/cancel", params=TaskParams, name_param="taskId", name_required=False)
 def tasks_cancel(call: Call) -> dict[str, Any]:
     task = _task(call)
     # Acked for a terminal task too (it stays as it is): cancellation is cooperative.

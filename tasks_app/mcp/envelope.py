@@ -36,9 +36,20 @@ class Envelope:
     log_level: str | None = None
     progress_token: str | int | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    # The capabilities are a 2025-11-25 session's, declared once in its ``initialize``
+    # (``tasks_app.mcp.handshake.session_envelope``), not this request's own.
+    from_session: bool = False
 
     @property
     def declares_tasks(self) -> bool:
+        """Whether this request may be answered with a 2026 task (``CreateTaskResult``,
+        ``resultType: "task"``): its own ``_meta`` declares the tasks extension. Never on the
+        handshake wire: an ``initialize`` that lists the extension (the MCP Inspector's does)
+        is a prior declaration, which SEP-2663 says does not count ("regardless of prior
+        declarations"), and a 2025-11-25 client asks for its kind of task with
+        ``params.task`` on the call itself."""
+        if self.from_session:
+            return False
         extensions = self.capabilities.get("extensions")
         return isinstance(extensions, dict) and isinstance(extensions.get(TASKS_EXTENSION), dict)
 

@@ -362,7 +362,9 @@ def _request_id(message: dict[str, Any]) -> str | int:
 
 def session_envelope(session: McpSession, meta: dict[str, Any]) -> Envelope:
     """The session's negotiated version and capabilities as the handlers read them (the
-    2026 wire sends them per request). The session's log level applies to every call."""
+    2026 wire sends them per request). The session's log level applies to every call. What
+    the session declared never makes a 2026 task (``Envelope.declares_tasks``): a call
+    without ``params.task`` runs, one with it gets the 2025-11-25 ``{task: ...}``."""
     token = meta.get("progressToken")
     if isinstance(token, bool) or not isinstance(token, str | int):
         token = None
@@ -373,6 +375,7 @@ def session_envelope(session: McpSession, meta: dict[str, Any]) -> Envelope:
         log_level=session.log_level or None,
         progress_token=token,
         meta=meta,
+        from_session=True,
     )
 
 

@@ -2,7 +2,9 @@
 
 The decision is made per request, from that request's own ``_meta`` (SEP-2663, "Task
 Creation": a server MUST NOT return a CreateTaskResult unless the request declares the
-extension, regardless of earlier requests):
+extension, regardless of earlier requests). The 2025-11-25 wire calls this function for a
+call without ``params.task``; its envelope holds the session's ``initialize`` capabilities,
+which never declare the extension (``Envelope.declares_tasks``), so such a call runs:
 
 - ``forbidden`` tools run here; an idempotency key is not applied (and the result says so);
 - tools declared ``escalate=True`` run here first (MRTR rounds) and become a task when the

@@ -200,7 +200,7 @@ def _approve_pending(tasks: list[Task], operator) -> None:  # type: ignore[no-un
         elicitations.answer(
             task=request.task,
             key=request.key,
-            response={"action": "accept", "content": {"approve": True}},
+            response={"action": "accept", "content": {"decision": "approve"}},
             channel=Channel.INBOX,
             user=operator,
         )

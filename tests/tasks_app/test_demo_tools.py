@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from elicitations import transitions as elicitations
 from elicitations.models import Channel
 from tasks_app import runtime
 from tasks_app.models import DemoRefund, Effect, Status, Task
@@ -205,24 +206,62 @@ def test_a_large_refund_waits_for_an_operator_and_then_refunds(alice, operator) 
     assert task.status_message.startswith("Waiting for an operator in the inbox: Approve")
     assert not DemoRefund.objects.exists()
 
-    answer(task, "approval", {"action": "accept", "content": {"approve": True}},
+    assert request.form_schema == demo.APPROVAL_FORM
+    answer(task, "approval", {"action": "accept", "content": {"decision": "approve"}},
            channel=Channel.INBOX, user=operator)  # fmt: skip
     assert leg(task) == LegOutcome.COMPLETED
     assert DemoRefund.objects.get().amount_cents == 20000
+    assert task.result["isError"] is False
 
 
-def test_a_refused_refund_completes_with_an_error_and_the_reason(alice, operator) -> None:
+def test_a_declined_refund_completes_with_an_error_and_the_reason(alice, operator) -> None:
     task = submit(alice, "refund_payment", payment_id="pay_3", amount_cents=10000, reason="x")
     leg(task)
 
-    answer(task, "approval", {"action": "accept", "content": {"approve": False, "note": "fraud"}},
+    content = {"decision": "decline", "note": "fraud"}
+    answer(task, "approval", {"action": "accept", "content": content},
            channel=Channel.INBOX, user=operator)  # fmt: skip
     leg(task)
 
     assert task.status == Status.COMPLETED
     assert task.result["isError"] is True
-    assert text(task.result) == "Refund of pay_3 was not approved by an operator: fraud"
+    assert text(task.result) == "Refund of pay_3 was declined by an operator: fraud"
     assert not DemoRefund.objects.exists()
+
+
+def test_an_answer_without_a_decision_is_refused_and_refunds_nothing(alice, operator) -> None:
+    task = submit(alice, "refund_payment", payment_id="pay_5", amount_cents=10000, reason="x")
+    leg(task)
+
+    [request] = pending(task)
+    outcome = elicitations.answer(task=task, key=request.key, channel=Channel.INBOX, user=operator,
+                                  response={"action": "accept", "content": {"note": "ok"}})  # fmt: skip
+
+    assert outcome.errors == ("decision: is required",)
+    assert [r.status for r in pending(task)] == ["pending"]
+    assert not DemoRefund.objects.exists()
+
+
+@pytest.mark.parametrize(("content", "refunded"), [
+    ({"approve": True}, True), ({"approve": False, "note": "no"}, False),
+])  # fmt: skip
+def test_an_answer_to_the_earlier_approve_form_still_decides(
+    alice, operator, content, refunded
+) -> None:
+    # A question asked before the upgrade keeps its schema; its answer decides as it did.
+    from elicitations.models import InputRequest
+
+    task = submit(alice, "refund_payment", payment_id="pay_6", amount_cents=10000, reason="x")
+    leg(task)
+    old = {"type": "object", "properties": {"approve": {"type": "boolean"}, "note": {"type": "string"}},
+           "required": ["approve"]}  # fmt: skip
+    InputRequest.objects.filter(task=task).update(requested_schema=old, property_order=[])
+    answer(task, "approval", {"action": "accept", "content": content},
+           channel=Channel.INBOX, user=operator)  # fmt: skip
+    leg(task)
+
+    assert DemoRefund.objects.exists() is refunded
+    assert task.result["isError"] is not refunded
 
 
 def test_a_declined_approval_also_ends_the_refund(alice, operator) -> None:

@@ -202,13 +202,23 @@ class RefundResult(BaseModel):
     amount_cents: int
 
 
+# The decision is the answer itself, one of two named options with no default: whoever answers
+# must pick Approve or Decline (a form's Accept button only sends the answer).
 APPROVAL_FORM: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "approve": {"type": "boolean", "title": "Approve the refund"},
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "description": "Approve refunds the payment; Decline refuses the refund.",
+            "oneOf": [
+                {"const": "approve", "title": "Approve"},
+                {"const": "decline", "title": "Decline"},
+            ],
+        },
         "note": {"type": "string", "title": "Note", "maxLength": 500},
     },
-    "required": ["approve"],
+    "required": ["decision"],
 }
 
 
@@ -239,6 +249,14 @@ def issue_refund(*, key: str, payment_id: str, amount_cents: int, reason: str) -
 
 def _money(cents: int) -> str:
     return f"{cents // 100:,}.{cents % 100:02d}"
+
+
+def _decision(content: dict[str, Any]) -> str:
+    """The operator's decision. A question asked before the form named its decision had a
+    required "approve" boolean instead; only ``true`` approved."""
+    if "decision" in content:
+        return str(content["decision"])
+    return "approve" if content.get("approve") is True else "decline"
 
 
 @tools.tool(
@@ -280,10 +298,14 @@ def refund_payment(
             schema=APPROVAL_FORM,
             audience="operator",
         )
-        if not (answer.accepted and answer.content.get("approve") is True):
-            note = str(answer.content.get("note") or "").strip()
-            why = note or ("the question was declined" if not answer.accepted else "no note")
-            raise ToolError(f"Refund of {payment_id} was not approved by an operator: {why}")
+        if not answer.accepted:
+            raise ToolError(
+                f"Refund of {payment_id} was not approved by an operator: "
+                f"the question was {'declined' if answer.action == 'decline' else 'cancelled'}"
+            )
+        if _decision(answer.content) != "approve":
+            note = str(answer.content.get("note") or "").strip() or "no note given"
+            raise ToolError(f"Refund of {payment_id} was declined by an operator: {note}")
 
     def refunded(key: str) -> bool:
         return DemoRefund.objects.filter(downstream_key=key).exists()

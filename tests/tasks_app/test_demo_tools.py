@@ -70,7 +70,7 @@ def test_the_demo_tools_declare_their_task_policy_keys_and_schemas() -> None:
     assert export.input_schema["properties"]["format"]["default"] == "csv"
     assert export.input_schema["properties"]["rows"]["default"] == 1000
     assert refund.input_schema["properties"]["amount_cents"]["minimum"] == 1
-    assert set(export.output_schema["required"]) == {"path", "format", "rows", "sha256"}
+    assert set(export.output_schema["required"]) == {"file", "format", "rows", "sha256"}
     assert confirm.output_schema["properties"]["confirmed"]["type"] == "boolean"
     assert echo.input_schema["properties"]["seconds"] == {
         "default": 5,
@@ -94,12 +94,16 @@ def test_an_export_writes_its_file_once_and_returns_its_checksum(alice, settings
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     assert task.result["structuredContent"] == {
-        "path": str(path),
+        "file": f"{task.pk}.csv",
         "format": "csv",
         "rows": 25,
         "sha256": digest,
     }
-    assert text(task.result) == f"Exported 25 rows of Q2 as csv to {path} (sha256 {digest})."
+    assert text(task.result) == (
+        f"Exported 25 rows of Q2 as csv to the file {task.pk}.csv (sha256 {digest})."
+    )
+    # The client learns the file's name, never where the server keeps it.
+    assert str(settings.TASKDESK_EXPORT_DIR) not in json.dumps(task.result)
     lines = data.decode().splitlines()
     assert lines[0] == "quarter,row,region,amount_cents"
     assert len(lines) == 26
@@ -116,7 +120,8 @@ def test_a_json_export_is_an_array_of_rows(alice, settings) -> None:
 
     leg(task)
 
-    rows = json.loads(Path(task.result["structuredContent"]["path"]).read_text())
+    name = task.result["structuredContent"]["file"]
+    rows = json.loads((Path(settings.TASKDESK_EXPORT_DIR) / name).read_text())
     assert len(rows) == 7
     assert rows[6]["row"] == 7
     assert set(rows[0]) == {"quarter", "row", "region", "amount_cents"}

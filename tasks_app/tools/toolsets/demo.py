@@ -43,7 +43,9 @@ CHUNKS = 10
 
 
 class ExportResult(BaseModel):
-    path: str = Field(description="Where the export was written")
+    # A name, not the server's path: the folder is the server's business (there is no download
+    # endpoint; an operator finds the file under TASKDESK_EXPORT_DIR).
+    file: str = Field(description="The export's file name in the server's export folder")
     format: Literal["csv", "json"]
     rows: int
     sha256: str = Field(description="SHA-256 of the file, lower-case hex")
@@ -159,7 +161,7 @@ def export_report(
     """Export a quarter's report as a CSV or JSON file.
 
     Generates the rows in chunks (the task's status message shows the progress), then writes
-    the file atomically. Returns its path, format, number of rows and SHA-256. Needs an
+    the file atomically. Returns its file name, format, number of rows and SHA-256. Needs an
     idempotency key: a retry with the same key returns the same export.
     """
     folder = _export_dir()
@@ -182,11 +184,12 @@ def export_report(
             entry = {"task": ctx.task_id, "path": str(final), "sha256": expected, "at": written_at}
             _log_write(folder, entry)
             fx.record(path=str(final), sha256=expected)
-    structured = ExportResult(path=str(final), format=format, rows=rows, sha256=expected)
+    structured = ExportResult(file=final.name, format=format, rows=rows, sha256=expected)
     return ToolResult(
         content=[
             text_block(
-                f"Exported {rows} rows of {quarter} as {format} to {final} (sha256 {expected})."
+                f"Exported {rows} rows of {quarter} as {format} to the file {final.name} "
+                f"(sha256 {expected})."
             )
         ],
         structured=structured.model_dump(),

@@ -9,4 +9,5 @@ app_name = "elicitations"
 urlpatterns = [
     path("inbox/", views.inbox, name="inbox"),
     path("inbox/<int:request_id>/", views.answer, name="answer"),
+    path("inbox/<int:request_id>/task-status/", views.task_status, name="task_status"),
 ]

@@ -20,14 +20,17 @@ from django_htmx.http import trigger_client_event
 from django_htmx.middleware import HtmxDetails
 
 from elicitations import selectors, transitions
-from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm
+from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm, answer_summary
 from elicitations.models import Channel, InputRequest
 from elicitations.transitions import AnswerResult
 from tasks_app import operators
+from tasks_app.models import Task
 from tasks_app.operators import operator_login_required
 
 # Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
 INBOX_CHANGED = "inbox-changed"
+# How much of a task's status message or result text the answer panel shows.
+OUTCOME_LIMIT = 300
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -49,15 +52,17 @@ def inbox(request: HtmxHttpRequest) -> HttpResponse:
     return render(request, template, context)
 
 
+def _question_or_404(request: HtmxHttpRequest, request_id: int) -> InputRequest:
+    try:
+        return selectors.input_request_get_for_operator(user=request.user, request_id=request_id)
+    except selectors.InputRequestNotFound:
+        raise Http404("No such question in your inbox.") from None
+
+
 @require_http_methods(["GET", "POST"])
 @operator_login_required
 def answer(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
-    try:
-        question = selectors.input_request_get_for_operator(
-            user=request.user, request_id=request_id
-        )
-    except selectors.InputRequestNotFound:
-        raise Http404("No such question in your inbox.") from None
+    question = _question_or_404(request, request_id)
     may_answer = operators.may(request.user, operators.ANSWER_QUESTIONS)
     if request.method == "POST":
         if not may_answer:  # the transition refuses too; this says why
@@ -97,14 +102,50 @@ def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
     raise Http404("No such question in your inbox.")  # refused or gone: as if never there
 
 
+@require_GET
+@operator_login_required
+def task_status(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
+    """The asking task's status, for the answer panel's refresh."""
+    question = _question_or_404(request, request_id)
+    context = {"question": question, "task": question.task, "task_outcome": _outcome(question.task)}
+    return render(request, "elicitations/_task_status.html", context)
+
+
+def _outcome(task: Task) -> str:
+    """One line on where the task is: its status message, or the text its result starts with."""
+    if not task.is_terminal:
+        return task.status_message
+    blocks = (task.result or {}).get("content") or []
+    texts = [b.get("text", "") for b in blocks if isinstance(b, dict) and b.get("type") == "text"]
+    text = texts[0] if texts else task.status_message
+    return text if len(text) <= OUTCOME_LIMIT else text[: OUTCOME_LIMIT - 1] + "…"
+
+
 def _answered(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
     verb = {"accept": "accepted", "decline": "declined", "cancel": "cancelled"}[question.action]
+    # Read again: the task's status shown with the answer is the one it has now.
+    question = _question_or_404(request, question.pk)
     if request.htmx:
         response = _page(request, question, form=None, done=verb)
         trigger_client_event(response, INBOX_CHANGED)
         return response
-    messages.success(request, f"You {verb} the question of {question.task.tool_name}.")
+    tool = question.task.tool_name
+    if question.action == "accept":
+        said = "; ".join(f"{label}: {value}" for label, value in _summary(question))
+        text = f"You answered the question of {tool}" + (f" ({said})." if said else ".")
+    elif question.action == "decline":
+        text = f"You declined to answer the question of {tool}."
+    else:
+        text = f"You dismissed the question of {tool} without an answer."
+    messages.success(request, text)
     return redirect("elicitations:inbox")
+
+
+def _summary(question: InputRequest) -> list[tuple[str, str]]:
+    answered = question.answer if isinstance(question.answer, dict) else {}
+    if answered.get("action") != "accept":
+        return []
+    return answer_summary(question.form_schema, answered.get("content"))
 
 
 def _page(
@@ -124,6 +165,8 @@ def _page(
         "form": form,
         "already": already,
         "done": done,
+        "answer_summary": _summary(question),
+        "task_outcome": _outcome(question.task),
         "now": timezone.now(),
         "may_answer": operators.may(request.user, operators.ANSWER_QUESTIONS),
         "nav": "inbox",

@@ -29,7 +29,7 @@ from django_htmx.middleware import HtmxDetails
 
 from elicitations.selectors import input_requests_of_task, overdue_task_ids
 from tasks_app import operators, runtime, selectors, transitions
-from tasks_app.models import Actor, Effect, Status, Task, TaskEvent
+from tasks_app.models import Actor, Effect, EffectState, Status, Task, TaskEvent
 from tasks_app.operators import operator_login_required
 from tasks_app.selectors import Count, Cursor, TaskFilters
 
@@ -250,6 +250,7 @@ def _task_page(
     events_before: int | None = None,
     status: int = 200,
     reconcile_errors: dict[int, str] | None = None,
+    reconcile_notes: dict[int, str] | None = None,
     notice: str = "",
 ) -> HttpResponse:
     user = request.user
@@ -284,6 +285,7 @@ def _task_page(
         and task.cancel_requested_at is None,
         "can_reconcile": operators.may(user, operators.RECONCILE_EFFECTS),
         "reconcile_errors": reconcile_errors or {},
+        "reconcile_notes": reconcile_notes or {},
         "notice": notice,
         "nav": "tasks",
     }
@@ -354,7 +356,13 @@ def task_cancel(request: HtmxHttpRequest, task_id: str) -> HttpResponse:
 @require_POST
 @operator_login_required
 def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> HttpResponse:
-    """Record an operator's answer for an ``unknown`` effect, with a note."""
+    """Settle an ``unknown`` effect: the operator says whether it happened, with a note.
+
+    It takes two posts, because a settled effect cannot be taken back: the first (the form's
+    It happened / It did not happen) only shows what will be recorded and asks to confirm; the
+    second, with ``confirm=yes``, records it. ``confirm=no`` goes back to the form, note kept.
+    A missing note or choice is refused (400) at either step.
+    """
     try:
         effect = selectors.effect_get_for_reconcile(
             user=request.user, task_id=task_id, effect_id=effect_id
@@ -364,13 +372,24 @@ def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> 
     except selectors.NotPermitted:
         raise PermissionDenied("Your role does not allow reconciling effects.") from None
     happened = {"yes": True, "no": False}.get(request.POST.get("happened", ""))
-    note = request.POST.get("note", "").strip()
-    if happened is None or not note:
-        error = "Write a note and choose It happened or It did not happen."
-        return _reconcile_form_error(request, effect, error, note)
+    note = request.POST.get("note", "").strip()[:NOTE_MAX]
+    if not note:
+        error = "A note is required: write what you checked and what you found."
+        return _reconcile_form(request, effect, note, error=error)
+    if happened is None:
+        return _reconcile_form(
+            request, effect, note, error="Choose It happened or It did not happen."
+        )
+    confirm = request.POST.get("confirm", "")
+    if confirm == "no":
+        return _reconcile_form(request, effect, note)
+    if effect.state != EffectState.UNKNOWN or "reconciled" in effect.detail:
+        return _refused(request, effect.task, _not_reconcilable(effect))
+    if confirm != "yes":
+        return _reconcile_confirm(request, effect, happened, note)
     try:
         runtime.reconcile_effect(
-            effect_id=effect.pk, happened=happened, user=request.user, note=note[:NOTE_MAX]
+            effect_id=effect.pk, happened=happened, user=request.user, note=note
         )
     except runtime.NotReconcilable as exc:
         return _refused(request, effect.task, str(exc))
@@ -382,21 +401,53 @@ def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> 
     return redirect("task_detail", task_id=task.pk)
 
 
-def _reconcile_form_error(
-    request: HtmxHttpRequest, effect: Effect, error: str, note: str
+def _not_reconcilable(effect: Effect) -> str:
+    decided = effect.detail.get("reconciled")
+    if effect.state == EffectState.UNKNOWN and decided:
+        said = "happened" if decided.get("happened") else "did not happen"
+        return f"{decided.get('by')} already said {effect.name!r} {said}."
+    return f"Effect {effect.name!r} is {effect.state}; only an unknown effect can be reconciled."
+
+
+def _retargeted(response: HttpResponse, effect: Effect) -> HttpResponse:
+    # Replace only this effect's form, so the rest of the page (and other notes) stay.
+    response["HX-Retarget"] = f"#reconcile-{effect.pk}"
+    response["HX-Reswap"] = "outerHTML"
+    return response
+
+
+def _reconcile_form(
+    request: HtmxHttpRequest, effect: Effect, note: str, *, error: str = ""
 ) -> HttpResponse:
+    """The effect's form again: with an error (400), or back from the confirmation (200)."""
+    status = 400 if error else 200
     if request.htmx:
-        # Replace only this effect's form, so the rest of the page (and other notes) stay.
-        response = render(
-            request,
-            "tasks_app/_reconcile_form.html",
-            {"effect": effect, "task": effect.task, "error": error, "note": note},
-            status=200,
-        )
-        response["HX-Retarget"] = f"#reconcile-{effect.pk}"
-        response["HX-Reswap"] = "outerHTML"
-        return response
-    return _task_page(request, effect.task, status=400, reconcile_errors={effect.pk: error})
+        context = {"effect": effect, "task": effect.task, "error": error, "note": note}
+        response = render(request, "tasks_app/_reconcile_form.html", context, status=status)
+        return _retargeted(response, effect)
+    return _task_page(
+        request,
+        effect.task,
+        status=status,
+        reconcile_errors={effect.pk: error} if error else None,
+        reconcile_notes={effect.pk: note},
+    )
+
+
+def _reconcile_confirm(
+    request: HtmxHttpRequest, effect: Effect, happened: bool, note: str
+) -> HttpResponse:
+    context = {
+        "effect": effect,
+        "task": effect.task,
+        "happened": happened,
+        "note": note,
+        "nav": "tasks",
+    }
+    if request.htmx:
+        response = render(request, "tasks_app/_reconcile_confirm.html", context)
+        return _retargeted(response, effect)
+    return render(request, "tasks_app/effect_reconcile.html", context)
 
 
 def _refused(request: HtmxHttpRequest, task: Task, why: str) -> HttpResponse:

@@ -32,6 +32,30 @@ document.addEventListener("htmx:afterSwap", (event) => {
   }
 });
 
+// A form marked data-swap-400 shows the server's refusal (400, e.g. a required note left
+// out) in place of the form: htmx leaves 4xx responses unswapped unless told.
+document.addEventListener("htmx:beforeSwap", (event) => {
+  const element = event.detail.requestConfig && event.detail.requestConfig.elt;
+  if (event.detail.xhr.status === 400 && element && element.closest("[data-swap-400]")) {
+    event.detail.shouldSwap = true;
+    event.detail.isError = false;
+  }
+});
+
+// An effect's settling form replaced by its confirmation, or sent back with an error: move
+// focus to the error, else to the confirmation's heading.
+document.addEventListener("htmx:afterSettle", (event) => {
+  const retarget = event.detail.xhr && event.detail.xhr.getResponseHeader("HX-Retarget");
+  if (!retarget || !retarget.startsWith("#reconcile-")) {
+    return;
+  }
+  const form = document.querySelector(retarget);
+  const next = form && (form.querySelector("[aria-invalid='true']") || form.querySelector("[data-focus-on-load]"));
+  if (next) {
+    next.focus();
+  }
+});
+
 // A refresh replaces the task page's and the list's regions; sections the operator opened
 // (the journal, an event's detail) stay open. Every such <details> has a stable id.
 let openDetails = [];

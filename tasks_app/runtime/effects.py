@@ -472,7 +472,9 @@ def reconcile_effect(
     ``happened=True`` confirms it (the tool skips it); ``False`` makes the next leg run it
     again with the same downstream key, or, on a finished task (no leg will run again),
     settles it as ``failed``. A working task that was waiting for this decision resumes.
-    Raise NotReconcilable for an effect that is not ``unknown``.
+    Raise NotReconcilable for an effect that is not ``unknown``, or that an operator already
+    said did not happen (it stays ``unknown`` until the next leg runs it again): a decision is
+    never overwritten.
     """
     username = user.get_username()
     with transaction.atomic():
@@ -482,6 +484,12 @@ def reconcile_effect(
         if effect.state != EffectState.UNKNOWN:
             raise NotReconcilable(
                 f"effect {effect.name!r} is {effect.state}; only an unknown effect can be reconciled"
+            )
+        earlier = effect.detail.get("reconciled")
+        if earlier:
+            raise NotReconcilable(
+                f"effect {effect.name!r} was already reconciled by {earlier.get('by')}; "
+                "the next leg acts on that decision"
             )
         now = timezone.now()
         decision = {"happened": happened, "by": username, "at": now.isoformat(), "note": note}

@@ -26,7 +26,11 @@ def _cut(text: str, limit: int) -> str:
 
 @register.filter
 def argument_summary(arguments: Any, limit: int = SUMMARY_LIMIT) -> list[tuple[str, str]]:
-    """(name, value) pairs of a task's arguments, each value cut to LIMIT characters."""
+    """(name, value) pairs of a task's arguments, each value cut to LIMIT characters.
+
+    Arguments that are null (an optional one the call left out, such as a ``request_key`` whose
+    key came in the Idempotency-Key header instead) say nothing to the reader and are left out;
+    the task page shows the arguments in full."""
     if not isinstance(arguments, Mapping):
         return [("", _cut(json.dumps(arguments, ensure_ascii=False), limit))]
     return [
@@ -35,6 +39,7 @@ def argument_summary(arguments: Any, limit: int = SUMMARY_LIMIT) -> list[tuple[s
             _cut(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False), limit),
         )
         for name, value in arguments.items()
+        if value is not None
     ]
 
 

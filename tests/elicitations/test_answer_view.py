@@ -27,8 +27,17 @@ def test_the_form_has_one_labelled_input_per_property_and_three_buttons(
 
     html = client.get(url(request)).content.decode()
 
-    assert '<input type="checkbox" name="approve" id="id_approve">' in html
-    assert '<label for="id_approve">Approve the refund</label>' in html
+    # A required boolean without a default: Yes and No, neither chosen.
+    assert '<legend>Approve the refund <span class="required">(required)</span></legend>' in html
+    assert re.search(
+        r'<input type="radio" name="approve" value="true" required id="id_approve_0">\s*Yes</label>',
+        html,
+    )
+    assert re.search(
+        r'<input type="radio" name="approve" value="false" required id="id_approve_1">\s*No</label>',
+        html,
+    )
+    assert "checked" not in html
     assert '<input type="text" name="note" maxlength="200" id="id_note">' in html
     assert '<label for="id_note">Note</label>' in html
     buttons = re.findall(
@@ -60,8 +69,12 @@ def test_every_field_kind_renders_with_its_default(client, operator, ask) -> Non
     assert '<input type="number" name="age" value="30" min="0" max="150"' in html
     assert '<input type="number" name="ratio" step="any" min="0.5"' in html
     assert '<input type="checkbox" name="ok" id="id_ok">' in html  # default false: unchecked
-    assert '<option value="m" selected>m</option>' in html
-    assert '<option value="g">Green</option>' in html
+    # Short single-selects are radio buttons: the default chosen, or (optional) no answer.
+    assert re.search(r'<input type="radio" name="size" value="m" id="id_size_2" checked>', html)
+    assert re.search(
+        r'<input type="radio" name="color" value="" id="id_color_0" checked>\s*\(no answer\)', html
+    )
+    assert re.search(r'<input type="radio" name="color" value="g" id="id_color_2">\s*Green', html)
     assert re.search(r'<input type="checkbox" name="tags" value="a"[^>]*checked>', html)
     assert re.search(r'<input type="checkbox" name="tags" value="b"[^>]*id="id_tags_1"\s*>', html)
     assert "<legend>Tags" not in html  # the property name is the label when there is no title
@@ -78,11 +91,14 @@ def test_accepting_records_the_answer_and_resumes_the_task(
 
     with django_capture_on_commit_callbacks() as callbacks:
         response = client.post(
-            url(request), {"approve": "on", "note": "fine", "_action": "accept"}, follow=True
+            url(request), {"approve": "true", "note": "fine", "_action": "accept"}, follow=True
         )
 
     assert response.redirect_chain == [("/inbox/", 302)]
-    assert "You accepted the question of refund_payment." in response.content.decode()
+    assert (
+        "You answered the question of refund_payment (Approve the refund: Yes; Note: fine)."
+        in response.content.decode()
+    )
     row = InputRequest.objects.get(pk=request.pk)
     assert row.status == "answered"
     assert row.answer == {"action": "accept", "content": {"approve": True, "note": "fine"}}
@@ -92,15 +108,36 @@ def test_accepting_records_the_answer_and_resumes_the_task(
     assert len(callbacks) == 1
 
 
-def test_an_unchecked_box_answers_false_and_empty_optional_fields_are_left_out(
-    client, operator, ask
-) -> None:
+def test_a_required_yes_or_no_left_unchosen_is_refused(client, operator, ask) -> None:
     request = ask()
     client.force_login(operator)
-    client.post(url(request), {"note": "", "_action": "accept"})
+
+    response = client.post(url(request), {"note": "", "_action": "accept"})
+
+    html = response.content.decode()
+    assert '<p class="field-error" id="id_approve_error">Choose Yes or No.</p>' in html
+    assert InputRequest.objects.get(pk=request.pk).status == "pending"
+
+
+def test_no_answers_false_and_empty_optional_fields_are_left_out(client, operator, ask) -> None:
+    request = ask()
+    client.force_login(operator)
+    client.post(url(request), {"approve": "false", "note": "", "_action": "accept"})
     assert InputRequest.objects.get(pk=request.pk).answer == {
         "action": "accept",
         "content": {"approve": False},
+    }
+
+
+def test_an_unticked_box_with_a_default_answers_false(client, operator, ask) -> None:
+    schema = {"type": "object", "properties": {"notify": {"type": "boolean", "default": True}}}
+    request = ask(schema=schema)
+    client.force_login(operator)
+    assert 'name="notify" id="id_notify" checked' in client.get(url(request)).content.decode()
+    client.post(url(request), {"_action": "accept"})
+    assert InputRequest.objects.get(pk=request.pk).answer == {
+        "action": "accept",
+        "content": {"notify": False},
     }
 
 
@@ -108,14 +145,49 @@ def test_an_htmx_answer_returns_the_panel_and_refreshes_the_list(client, operato
     request = ask()
     client.force_login(operator)
 
-    response = client.post(url(request), {"approve": "on", "_action": "accept"}, **HTMX)
+    response = client.post(url(request), {"approve": "false", "_action": "accept"}, **HTMX)
 
     html = response.content.decode()
     assert response.status_code == 200
     assert json.loads(response["HX-Trigger"]) == {"inbox-changed": {}}
     assert "<html" not in html
-    assert 'role="status"' in html and "You accepted this question." in html
+    assert 'role="status"' in html and "You answered this question:" in html
+    # What was sent, in the form's words: a "No" reads as one, not as "accepted".
+    assert "<div><dt>Approve the refund</dt><dd>No</dd></div>" in html
     assert "<form" not in html
+
+
+def test_the_panel_shows_the_tasks_status_and_refreshes_it_until_the_task_ends(
+    client, operator, ask, task
+) -> None:
+    from tasks_app import transitions as tasks
+
+    request = ask()
+    client.force_login(operator)
+    status_url = f"/inbox/{request.pk}/task-status/"
+    answered = client.post(url(request), {"approve": "false", "_action": "accept"}, **HTMX)
+    html = answered.content.decode()
+    assert re.search(r'<dd aria-live="polite">\s*<span id="answer-task-status"', html)
+    assert f'hx-get="{status_url}" hx-trigger="every 2s"' in html
+    assert '<span class="status status-working">Working</span>' in html
+
+    tasks.complete(
+        task_id=task.pk,
+        result={"content": [{"type": "text", "text": "Refund of pay_123 was declined."}],
+                "isError": True},
+    )  # fmt: skip
+    html = client.get(status_url, **HTMX).content.decode()
+    assert '<span class="status status-completed">Completed</span>' in html
+    assert '<span class="status status-failed">tool error</span>' in html
+    assert "Refund of pay_123 was declined." in html
+    assert "hx-trigger" not in html  # the task has ended: the refresh stops
+    assert "Completed" in client.get(url(request)).content.decode()
+
+
+def test_the_task_status_is_only_for_those_who_may_see_the_question(client, outsider, ask) -> None:
+    request = ask()
+    client.force_login(outsider)
+    assert client.get(f"/inbox/{request.pk}/task-status/").status_code == 404
 
 
 def test_validation_errors_are_shown_next_to_their_fields(client, operator, ask) -> None:
@@ -213,7 +285,7 @@ def test_cancel_is_recorded_as_cancelled(client, operator, ask) -> None:
 def test_a_post_without_a_button_is_refused_and_changes_nothing(client, operator, ask) -> None:
     request = ask()
     client.force_login(operator)
-    response = client.post(url(request), {"approve": "on", "_action": "approve"})
+    response = client.post(url(request), {"approve": "true", "_action": "approve"})
     assert response.status_code == 400
     assert "Choose Accept, Decline or Cancel." in response.content.decode()
     assert InputRequest.objects.get(pk=request.pk).status == "pending"
@@ -231,7 +303,7 @@ def test_a_second_operator_is_told_who_answered_first(
     olga_client.force_login(operator)
     sam_client.force_login(sam)
     assert b"<form" in sam_client.get(url(request)).content
-    olga_client.post(url(request), {"approve": "on", "_action": "accept"})
+    olga_client.post(url(request), {"approve": "true", "_action": "accept"})
 
     response = sam_client.post(url(request), {"_action": "decline"})
 
@@ -255,9 +327,9 @@ def test_the_already_answered_message_also_comes_back_over_htmx(
 ) -> None:
     request = ask()
     client.force_login(operator)
-    client.post(url(request), {"approve": "on", "_action": "accept"})
+    client.post(url(request), {"approve": "true", "_action": "accept"})
 
-    response = client.post(url(request), {"approve": "on", "_action": "accept"}, **HTMX)
+    response = client.post(url(request), {"approve": "true", "_action": "accept"}, **HTMX)
 
     assert response.status_code == 200  # htmx swaps it in; an error status would be dropped
     assert b"Already answered." in response.content

@@ -89,6 +89,22 @@ def test_long_argument_values_are_cut_at_80_characters(client, operator, alice) 
     assert "<dd>ok</dd>" in html
 
 
+def test_arguments_left_null_are_not_shown(client, operator, alice) -> None:
+    # refund_payment's request_key is null when the key came in the Idempotency-Key header.
+    arguments = {"payment_id": "p-1", "amount_cents": 20000, "reason": "r", "request_key": None}
+    task = Task.objects.create(client=alice, tool_name="refund_payment", arguments=arguments)
+    request = transitions.open_request(
+        task=task, ask_key="q", message="Refund?", audience="operator"
+    )
+    client.force_login(operator)
+
+    for page in ("/inbox/", f"/inbox/{request.pk}/"):
+        html = client.get(page).content.decode()
+        assert "<dt>payment_id</dt><dd>p-1</dd>" in html
+        assert "request_key" not in html
+        assert "null" not in html
+
+
 def test_it_lists_the_most_urgent_deadline_first(client, operator, ask) -> None:
     now = timezone.now()
     later = ask(ask_key="later", message="LATER", deadline=now + timedelta(hours=3))

@@ -21,7 +21,7 @@ from django.utils import timezone
 from tasks_app import transitions
 from tasks_app.clients import client_get_or_create
 from tasks_app.models import Effect, Status, Task, TaskEvent
-from tests.integration.test_inbox_browser import Browser, mcp
+from tests.integration.test_inbox_browser import Browser, csrf, mcp
 from tests.integration.worker_helpers import leg_pid
 from tests.live import kill, wait_for
 from tests.services import chromium_path
@@ -287,6 +287,23 @@ def test_a_notice_cut_short_by_a_killed_worker_is_reconciled_in_the_browser(
     expect(page.locator("#task-status-message")).to_contain_text("An operator must reconcile it")
 
     note = page.get_by_label("Note")
+    expect(page.locator(f"label[for=note-{effect.pk}]")).to_have_text("Note (required)")
+    # The server requires the note, whatever the browser does: a post without one is a 400.
+    url = f"{stack.url}/tasks/{task_id}/effects/{effect.pk}/reconcile/"
+    refused = page.request.post(url, form={"happened": "yes", "note": " ", "confirm": "yes"},
+                                headers={"X-CSRFToken": csrf(page)})  # fmt: skip
+    assert refused.status == 400
+    assert "A note is required" in refused.text()
+    # And the page shows that refusal in place of the form (the browser's own check removed).
+    note.evaluate("el => el.removeAttribute('required')")
+    page.get_by_role("button", name="It happened", exact=True).click()
+    expect(page.locator(f"#note-{effect.pk}-error")).to_have_text(
+        "A note is required: write what you checked and what you found."
+    )
+    expect(note).to_be_focused()
+    effect.refresh_from_db()
+    assert effect.state == "unknown" and "reconciled" not in effect.detail
+
     note.fill("The outbox log has no line for it; it did go out per the mail server.")
     # Something changes on the task: the page refreshes and the note being typed stays.
     transitions.set_status_message(task_id=task_id, message="Still waiting for an operator.")
@@ -297,6 +314,25 @@ def test_a_notice_cut_short_by_a_killed_worker_is_reconciled_in_the_browser(
         "The outbox log has no line for it; it did go out per the mail server."
     )
     page.get_by_role("button", name="It happened", exact=True).click()
+
+    # Nothing is recorded yet: the choice is shown back, with what it does, to confirm.
+    confirm = page.locator(f"#reconcile-{effect.pk}")
+    expect(confirm.get_by_role("heading")).to_have_text("Record that send_notice happened?")
+    expect(confirm.get_by_role("heading")).to_be_focused()
+    expect(confirm).to_contain_text("This cannot be undone.")
+    expect(confirm).to_contain_text("it did go out per the mail server")
+    effect.refresh_from_db()
+    assert effect.state == "unknown" and "reconciled" not in effect.detail
+    confirm.get_by_role("button", name="Go back").click()
+    expect(note).to_have_value(
+        "The outbox log has no line for it; it did go out per the mail server."
+    )
+    page.get_by_role("button", name="It happened", exact=True).click()
+    # A refresh of the page keeps the open confirmation.
+    transitions.set_status_message(task_id=task_id, message="Confirm, please.")
+    expect(page.locator("#task-status-message")).to_have_text("Confirm, please.", timeout=5_000)
+    expect(confirm).to_contain_text("This cannot be undone.")
+    confirm.get_by_role("button", name="Confirm: it happened").click()
 
     expect(page.locator("#task-status")).to_have_text("Completed", timeout=30_000)
     expect(state).to_have_text("confirmed")

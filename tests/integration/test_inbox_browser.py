@@ -9,6 +9,7 @@ The end-to-end runs through the MCP endpoint are in ``test_inbox_end_to_end_brow
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import time
@@ -167,6 +168,17 @@ def card(page: Any, request: InputRequest) -> Any:
     return page.locator(f"#request-{request.pk}")
 
 
+def csrf(page: Any) -> str:
+    """The CSRF token the page's htmx requests send (for a post made outside the form)."""
+    return str(json.loads(page.locator("body").get_attribute("hx-headers"))["X-CSRFToken"])
+
+
+def choose(where: Any, question: str, option: str) -> None:
+    """Pick OPTION of the radio group titled QUESTION (its fieldset's legend)."""
+    group = where.get_by_role("group", name=re.compile(f"^{re.escape(question)}"))
+    group.get_by_label(option, exact=True).check()
+
+
 def test_an_operator_logs_in_and_accepts_in_the_inbox(browser, stack, make_operator, ask) -> None:
     from playwright.sync_api import expect
 
@@ -179,12 +191,18 @@ def test_an_operator_logs_in_and_accepts_in_the_inbox(browser, stack, make_opera
     expect(page.locator("#inbox-count")).to_have_text(re.compile(r"^1\s*waiting$"))
     card(page, request).get_by_role("link", name=re.compile("^Answer")).click()
     panel = page.locator("#answer-panel")
-    expect(panel.get_by_label("Approve the refund")).to_be_visible()
-    panel.get_by_label("Approve the refund").check()
+    group = panel.get_by_role("group", name=re.compile("^Approve the refund"))
+    expect(group.get_by_role("radio")).to_have_count(2)
+    for radio in group.get_by_role("radio").all():
+        expect(radio).not_to_be_checked()  # neither Yes nor No is chosen for the operator
+    choose(panel, "Approve the refund", "Yes")
     panel.get_by_label("Note for the customer").fill("Sorry about that.")
     panel.get_by_role("button", name="Accept").click()
 
-    expect(panel.get_by_role("status")).to_contain_text("You accepted this question.")
+    recorded = panel.locator("#answer-recorded")
+    expect(recorded).to_contain_text("You answered this question:")
+    expect(recorded.locator(".answer-summary")).to_contain_text("Approve the refund")
+    expect(recorded.locator(".answer-summary dd").first).to_have_text("Yes")
     expect(card(page, request)).to_have_count(0)
     expect(page.locator("#inbox-count")).to_have_text("")
     row = InputRequest.objects.select_related("answered_by_user").get(pk=request.pk)
@@ -238,9 +256,9 @@ def test_a_second_operator_sees_already_answered(browser, stack, make_operator, 
         page.goto(f"{stack.url}/inbox/{request.pk}/")
         expect(page.get_by_role("button", name="Accept")).to_be_visible()
 
-    olga.get_by_label("Approve the refund").check()
+    choose(olga, "Approve the refund", "Yes")
     olga.get_by_role("button", name="Accept").click()
-    expect(olga.get_by_role("status")).to_contain_text("You accepted")
+    expect(olga.locator("#answer-recorded")).to_contain_text("You answered")
     sam.get_by_role("button", name="Decline").click()
 
     notice = sam.locator("#already-answered")
@@ -328,11 +346,11 @@ def test_the_inbox_works_with_the_keyboard_alone(browser, stack, make_operator, 
     page.keyboard.press("Tab")
     expect(page.locator("#answer-panel").get_by_role("link", name=request.task_id)).to_be_focused()
     page.keyboard.press("Tab")
-    checkbox = page.get_by_label("Approve the refund")
-    expect(checkbox).to_be_focused()
-    assert checkbox.evaluate("el => getComputedStyle(el).outlineStyle") != "none"
+    yes = page.get_by_label("Yes", exact=True)
+    expect(yes).to_be_focused()
+    assert yes.evaluate("el => getComputedStyle(el).outlineStyle") != "none"
     page.keyboard.press("Space")
-    expect(checkbox).to_be_checked()
+    expect(yes).to_be_checked()
     page.keyboard.press("Tab")
     expect(page.get_by_label("Note for the customer")).to_be_focused()
     page.keyboard.type("by keyboard")
@@ -340,7 +358,7 @@ def test_the_inbox_works_with_the_keyboard_alone(browser, stack, make_operator, 
     expect(page.get_by_role("button", name="Accept")).to_be_focused()
     page.keyboard.press("Enter")
 
-    expect(page.get_by_role("status").first).to_contain_text("You accepted")
+    expect(page.locator("#answer-recorded")).to_contain_text("You answered")
     assert InputRequest.objects.get(pk=request.pk).answer == {
         "action": "accept",
         "content": {"approve": True, "note": "by keyboard"},
@@ -361,7 +379,8 @@ def test_every_input_has_a_label(browser, stack, make_operator, ask) -> None:
               .map(el => el.name)"""
     )
     assert unlabelled == []
-    assert page.locator("fieldset legend").all_inner_texts() == ["tags", "pets"]
+    # Choices (radio buttons, check boxes) are grouped under their field's title.
+    assert page.locator("fieldset legend").all_inner_texts() == ["size", "color", "tags", "pets"]
 
 
 def test_screenshots_of_the_inbox_and_the_answer_form(
@@ -373,7 +392,10 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
     make_operator("olga")
     now = timezone.now()
     # Nothing is answered here, so these tasks never reach a worker: real tool names are safe.
-    refund = ask(tool="refund_payment", deadline=now + timedelta(minutes=45))
+    from tasks_app.tools.toolsets.demo import APPROVAL_FORM
+
+    # The demo refund's own question: the decision is the answer.
+    refund = ask(tool="refund_payment", deadline=now + timedelta(minutes=45), schema=APPROVAL_FORM)
     ask(
         "Refund 1,250.00 EUR on payment p-77? The customer reports a double charge.",
         tool="refund_payment",
@@ -406,9 +428,8 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
     page = log_in(browser, stack, "olga")
     expect(page.locator(".request-card")).to_have_count(3)
     card(page, refund).get_by_role("link", name=re.compile("^Answer")).click()
-    expect(page.get_by_label("Approve the refund")).to_be_visible()
-    page.get_by_label("Approve the refund").check()
-    page.get_by_label("Note for the customer").fill("Approved, item arrived damaged.")
+    choose(page, "Decision", "Approve")
+    page.locator("#answer-panel").get_by_label("Note").fill("Approved, item arrived damaged.")
     time.sleep(0.2)  # let the focus ring settle for the picture
     page.screenshot(path=str(out / "inbox.png"), full_page=True)
 
@@ -485,11 +506,17 @@ def test_an_operator_approves_a_large_refund_once_and_a_second_operator_is_told(
     sam.goto(f"{stack.url}/inbox/{question.pk}/")
     expect(sam.get_by_role("button", name="Decline")).to_be_visible()
     card(olga, question).get_by_role("link", name=re.compile("^Answer")).click()
-    olga.locator("#answer-panel").get_by_label("Approve", exact=False).first.check()
+    panel = olga.locator("#answer-panel")
+    choose(panel, "Decision", "Approve")
     olga.get_by_role("button", name="Accept").click()
-    expect(olga.locator("#answer-panel").get_by_role("status")).to_contain_text("You accepted")
+    expect(panel.locator("#answer-recorded")).to_contain_text("You answered this question:")
+    expect(panel.locator(".answer-summary")).to_contain_text("DecisionApprove")
     sam.get_by_role("button", name="Decline").click()
     expect(sam.locator("#already-answered")).to_contain_text("olga chose Accept at")
+    # The side panel follows the task to its end, without a reload.
+    expect(panel.locator("#answer-task-status")).to_contain_text("Completed", timeout=60_000)
+    expect(panel.locator("#answer-task-status")).to_contain_text("Refunded 200.00 on payment p-42")
+    expect(panel.locator("#answer-task-status")).not_to_contain_text("tool error")
 
     done = wait_for(
         "completed task",
@@ -522,6 +549,71 @@ def test_an_operator_approves_a_large_refund_once_and_a_second_operator_is_told(
     expect(olga.locator("#task-status")).to_have_text("Completed")
     expect(olga.locator("#task-result")).to_contain_text(refund_id)
     expect(olga.locator("#task-timeline")).to_contain_text("input_answer_ignored")
+
+
+def test_a_refund_needs_a_decision_and_decline_refuses_it(
+    browser, stack, make_operator, token
+) -> None:
+    from playwright.sync_api import expect
+
+    from tasks_app.tools.toolsets.demo import DemoRefund
+
+    make_operator("olga")
+    page = log_in(browser, stack, "olga")
+    arguments = {"payment_id": "p-51", "amount_cents": 30000, "reason": "late delivery"}
+    receipt = mcp(stack, "tools/call", {"name": "refund_payment", "arguments": arguments},
+                  token=token, **{"Idempotency-Key": "refund-p-51"})  # fmt: skip
+    task_id = receipt["taskId"]
+    question = wait_for(
+        "approval question", lambda: InputRequest.objects.filter(task_id=task_id).first()
+    )
+    card(page, question).get_by_role("link", name=re.compile("^Answer")).click()
+    panel = page.locator("#answer-panel")
+    decision = panel.get_by_role("group", name=re.compile("^Decision"))
+    expect(decision).to_contain_text("(required)")
+    expect(decision.get_by_label("Approve", exact=True)).not_to_be_checked()
+    expect(decision.get_by_label("Decline", exact=True)).not_to_be_checked()
+    expect(panel.locator("#answer-task-status")).to_contain_text("Working")
+
+    # Accept without choosing: the form says what is missing, and nothing is answered.
+    panel.get_by_label("Note").fill("checked the courier")
+    panel.get_by_role("button", name="Accept").click()
+    expect(panel.locator("#id_decision_error")).to_have_text("Choose Approve or Decline.")
+    expect(decision.get_by_label("Approve", exact=True)).to_be_focused()
+    expect(panel.get_by_label("Note")).to_have_value("checked the courier")
+    assert InputRequest.objects.get(pk=question.pk).status == "pending"
+    # The same refusal for a post that skips the browser's form entirely.
+    refused = page.request.post(
+        f"{stack.url}/inbox/{question.pk}/",
+        form={"note": "no decision", "_action": "accept"},
+        headers={"X-CSRFToken": csrf(page)},
+    )
+    assert "Choose Approve or Decline." in refused.text()
+    assert InputRequest.objects.get(pk=question.pk).status == "pending"
+
+    choose(panel, "Decision", "Decline")
+    panel.get_by_role("button", name="Accept").click()
+    recorded = panel.locator("#answer-recorded")
+    expect(recorded).to_contain_text("You answered this question:")
+    expect(recorded.locator(".answer-summary")).to_contain_text("DecisionDecline")
+    expect(recorded).not_to_contain_text("accepted")
+
+    status = panel.locator("#answer-task-status")
+    expect(status).to_contain_text("Completed", timeout=60_000)
+    expect(status).to_contain_text("tool error")
+    expect(status).to_contain_text(
+        "Refund of p-51 was declined by an operator: checked the courier"
+    )
+    done = mcp(stack, "tasks/get", {"taskId": task_id}, token=token)
+    assert done["status"] == "completed" and done["result"]["isError"] is True
+    assert done["result"]["content"][0]["text"] == (
+        "Refund of p-51 was declined by an operator: checked the courier"
+    )
+    assert not DemoRefund.objects.filter(payment_id="p-51").exists()
+    assert InputRequest.objects.get(pk=question.pk).answer == {
+        "action": "accept",
+        "content": {"decision": "decline", "note": "checked the courier"},
+    }
 
 
 def test_a_refund_reason_with_markup_renders_as_text_and_can_be_declined(

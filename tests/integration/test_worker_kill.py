@@ -76,7 +76,7 @@ def test_a_leg_killed_between_an_effects_intent_and_outcome_is_rerun_and_writes_
     assert "effect_unknown" in kinds
     assert "effect_verified" in kinds or "effect_retried" in kinds
     assert task.leg >= 2
-    path = Path(task.result["structuredContent"]["path"])
+    path = Path(stack.env["TASKDESK_EXPORT_DIR"]) / task.result["structuredContent"]["file"]
     assert (
         hashlib.sha256(path.read_bytes()).hexdigest() == task.result["structuredContent"]["sha256"]
     )
@@ -185,7 +185,7 @@ def test_twenty_runs_with_random_kills_end_terminal_with_nothing_done_twice(
             assert DemoRefund.objects.filter(downstream_key__startswith=f"{task.pk}:").count() == 1
         else:
             assert len(export_writes(stack, task)) <= 1  # written once (0: killed after rename)
-            path = Path(task.result["structuredContent"]["path"])
+            path = Path(stack.env["TASKDESK_EXPORT_DIR"]) / task.result["structuredContent"]["file"]
             digest = hashlib.sha256(path.read_bytes()).hexdigest()
             assert digest == task.result["structuredContent"]["sha256"]
         assert not Effect.objects.filter(task=task).exclude(state="confirmed").exists()
@@ -200,7 +200,7 @@ def _approve_pending(tasks: list[Task], operator) -> None:  # type: ignore[no-un
         elicitations.answer(
             task=request.task,
             key=request.key,
-            response={"action": "accept", "content": {"approve": True}},
+            response={"action": "accept", "content": {"decision": "approve"}},
             channel=Channel.INBOX,
             user=operator,
         )

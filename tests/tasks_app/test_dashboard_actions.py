@@ -125,22 +125,81 @@ def test_a_superuser_may_cancel_in_any_tenant(client, bob, django_user_model) ->
 # --- reconciliation ---------------------------------------------------------------------------
 
 
-def test_an_unknown_effect_offers_both_answers_with_a_note(client, operator, unknown) -> None:
+def reconcile_url(effect: Effect) -> str:
+    return f"/tasks/{effect.task_id}/effects/{effect.pk}/reconcile/"
+
+
+def test_an_unknown_effect_offers_both_answers_with_a_required_note(
+    client, operator, unknown
+) -> None:
     client.force_login(operator)
     html = client.get(f"/tasks/{unknown.task_id}/").content.decode()
     assert f'id="effect-{unknown.pk}-state">unknown</span>' in html
-    assert f'<label for="note-{unknown.pk}">Note</label>' in html
+    assert (
+        f'<label for="note-{unknown.pk}">Note <span class="required">(required)</span></label>'
+        in html
+    )
     assert ">It happened</button>" in html and ">It did not happen</button>" in html
     assert f'action="/tasks/{unknown.task_id}/effects/{unknown.pk}/reconcile/"' in html
+    assert "once recorded, it cannot be undone" in html
+
+
+def test_choosing_asks_for_confirmation_and_records_nothing(client, operator, unknown) -> None:
+    client.force_login(operator)
+    for happened, consequence in (
+        ("yes", "goes on without running it again"),
+        ("no", "The next leg runs it again with the same key"),
+    ):
+        response = client.post(reconcile_url(unknown), {"happened": happened, "note": "Seen."})
+
+        html = response.content.decode()
+        assert response.status_code == 200
+        assert "This cannot be undone." in html
+        assert consequence in html
+        assert "Your note: “Seen.”" in html
+        assert '<input type="hidden" name="note" value="Seen.">' in html
+        assert f'<input type="hidden" name="happened" value="{happened}">' in html
+        assert 'name="confirm" value="yes"' in html and 'name="confirm" value="no"' in html
+    unknown.refresh_from_db()
+    assert unknown.state == EffectState.UNKNOWN and "reconciled" not in unknown.detail
+    assert "effect_reconciled" not in kinds(unknown.task)
+
+
+def test_the_confirmation_comes_in_place_of_the_form_over_htmx(client, operator, unknown) -> None:
+    client.force_login(operator)
+    hx = client.post(
+        reconcile_url(unknown), {"happened": "yes", "note": "Seen."}, HTTP_HX_REQUEST="true"
+    )
+    assert hx.status_code == 200
+    assert hx["HX-Retarget"] == f"#reconcile-{unknown.pk}"
+    assert hx["HX-Reswap"] == "outerHTML"
+    html = hx.content.decode()
+    assert f'<form id="reconcile-{unknown.pk}"' in html and "<html" not in html
+    assert 'Record that <span class="mono">send_notice</span> happened?' in html
+    assert "hx-preserve" not in html  # it replaces the form, which had it
+
+
+def test_go_back_returns_to_the_form_with_the_note(client, operator, unknown) -> None:
+    client.force_login(operator)
+    data = {"happened": "no", "note": "Bounced?", "confirm": "no"}
+    hx = client.post(reconcile_url(unknown), data, HTTP_HX_REQUEST="true")
+    assert hx.status_code == 200 and hx["HX-Retarget"] == f"#reconcile-{unknown.pk}"
+    assert ">Bounced?</textarea>" in hx.content.decode()
+    plain = client.post(reconcile_url(unknown), data)
+    assert plain.status_code == 200 and ">Bounced?</textarea>" in plain.content.decode()
+    unknown.refresh_from_db()
+    assert "reconciled" not in unknown.detail
 
 
 def test_it_happened_confirms_the_effect_and_records_who_and_the_note(
     client, operator, unknown, django_capture_on_commit_callbacks
 ) -> None:
     client.force_login(operator)
-    url = f"/tasks/{unknown.task_id}/effects/{unknown.pk}/reconcile/"
     with django_capture_on_commit_callbacks():
-        response = client.post(url, {"happened": "yes", "note": "Seen in the outbox log."})
+        response = client.post(
+            reconcile_url(unknown),
+            {"happened": "yes", "note": "Seen in the outbox log.", "confirm": "yes"},
+        )
 
     assert response.status_code == 302
     unknown.refresh_from_db()
@@ -157,9 +216,10 @@ def test_it_happened_confirms_the_effect_and_records_who_and_the_note(
 
 def test_it_did_not_happen_leaves_it_for_the_next_leg(client, operator, unknown) -> None:
     client.force_login(operator)
-    url = f"/tasks/{unknown.task_id}/effects/{unknown.pk}/reconcile/"
     html = client.post(
-        url, {"happened": "no", "note": "Bounced."}, HTTP_HX_REQUEST="true"
+        reconcile_url(unknown),
+        {"happened": "no", "note": "Bounced.", "confirm": "yes"},
+        HTTP_HX_REQUEST="true",
     ).content.decode()
     unknown.refresh_from_db()
     assert unknown.state == EffectState.UNKNOWN
@@ -168,17 +228,60 @@ def test_it_did_not_happen_leaves_it_for_the_next_leg(client, operator, unknown)
     assert f'id="reconcile-{unknown.pk}"' not in html
 
 
-def test_a_note_is_required(client, operator, unknown) -> None:
+def test_a_decision_cannot_be_changed_while_the_next_leg_acts_on_it(
+    client, operator, unknown
+) -> None:
     client.force_login(operator)
-    url = f"/tasks/{unknown.task_id}/effects/{unknown.pk}/reconcile/"
-    response = client.post(url, {"happened": "yes", "note": "  "})
-    assert response.status_code == 400
-    assert "Write a note and choose It happened or It did not happen." in response.content.decode()
-    hx = client.post(url, {"happened": "yes", "note": ""}, HTTP_HX_REQUEST="true")
+    first = {"happened": "no", "note": "Bounced.", "confirm": "yes"}
+    assert client.post(reconcile_url(unknown), first).status_code == 302
+
+    for data in (
+        {"happened": "yes", "note": "It went out after all."},
+        {"happened": "yes", "note": "It went out after all.", "confirm": "yes"},
+    ):
+        response = client.post(reconcile_url(unknown), data)
+        assert response.status_code == 409
+        assert "olga already said &#x27;send_notice&#x27; did not happen." in (
+            response.content.decode()
+        )
+    unknown.refresh_from_db()
+    assert unknown.state == EffectState.UNKNOWN
+    assert unknown.detail["reconciled"]["note"] == "Bounced."
+    assert kinds(unknown.task).count("effect_reconciled") == 1
+
+
+@pytest.mark.parametrize("confirm", ["", "yes"])
+def test_a_note_is_required_by_the_server(client, operator, unknown, confirm) -> None:
+    client.force_login(operator)
+    message = "A note is required: write what you checked and what you found."
+    for note in ("", "  "):
+        response = client.post(
+            reconcile_url(unknown), {"happened": "yes", "note": note, "confirm": confirm}
+        )
+        assert response.status_code == 400
+        assert message in response.content.decode()
+    assert client.post(reconcile_url(unknown), {"happened": "yes"}).status_code == 400
+    hx = client.post(
+        reconcile_url(unknown),
+        {"happened": "yes", "note": "", "confirm": confirm},
+        HTTP_HX_REQUEST="true",
+    )
+    assert hx.status_code == 400
     assert hx["HX-Retarget"] == f"#reconcile-{unknown.pk}"
-    assert "hx-preserve" not in hx.content.decode()
+    html = hx.content.decode()
+    assert message in html and 'aria-invalid="true"' in html
+    assert "hx-preserve" not in html
     unknown.refresh_from_db()
     assert unknown.state == EffectState.UNKNOWN and "reconciled" not in unknown.detail
+
+
+def test_a_choice_is_required_by_the_server(client, operator, unknown) -> None:
+    client.force_login(operator)
+    response = client.post(reconcile_url(unknown), {"note": "x", "confirm": "yes"})
+    assert response.status_code == 400
+    assert "Choose It happened or It did not happen." in response.content.decode()
+    unknown.refresh_from_db()
+    assert "reconciled" not in unknown.detail
 
 
 def test_a_viewer_may_not_reconcile(client, viewer, unknown) -> None:
@@ -186,7 +289,7 @@ def test_a_viewer_may_not_reconcile(client, viewer, unknown) -> None:
     html = client.get(f"/tasks/{unknown.task_id}/").content.decode()
     assert "It happened" not in html and "an operator must reconcile it" in html
     url = f"/tasks/{unknown.task_id}/effects/{unknown.pk}/reconcile/"
-    assert client.post(url, {"happened": "yes", "note": "x"}).status_code == 403
+    assert client.post(url, {"happened": "yes", "note": "x", "confirm": "yes"}).status_code == 403
     unknown.refresh_from_db()
     assert unknown.state == EffectState.UNKNOWN
 
@@ -198,7 +301,7 @@ def test_an_effect_of_another_task_or_tenant_is_not_found(client, operator, unkn
     )
     mine = Task.objects.create(client=unknown.task.client, tool_name="x", arguments={})
     client.force_login(operator)
-    data = {"happened": "yes", "note": "x"}
+    data = {"happened": "yes", "note": "x", "confirm": "yes"}
     assert (
         client.post(f"/tasks/{theirs.pk}/effects/{effect.pk}/reconcile/", data).status_code == 404
     )
@@ -212,7 +315,7 @@ def test_a_settled_effect_cannot_be_reconciled(client, operator, unknown) -> Non
     Effect.objects.filter(pk=unknown.pk).update(state=EffectState.CONFIRMED)
     client.force_login(operator)
     url = f"/tasks/{unknown.task_id}/effects/{unknown.pk}/reconcile/"
-    response = client.post(url, {"happened": "no", "note": "x"})
+    response = client.post(url, {"happened": "no", "note": "x", "confirm": "yes"})
     assert response.status_code == 409
     assert "only an unknown effect can be reconciled" in response.content.decode()
     assert "effect_reconciled" not in kinds(unknown.task)

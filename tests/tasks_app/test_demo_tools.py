@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from django.utils import timezone
 
+from elicitations import transitions as elicitations
 from elicitations.models import Channel
 from tasks_app import runtime
 from tasks_app.models import DemoRefund, Effect, Status, Task
@@ -69,7 +70,7 @@ def test_the_demo_tools_declare_their_task_policy_keys_and_schemas() -> None:
     assert export.input_schema["properties"]["format"]["default"] == "csv"
     assert export.input_schema["properties"]["rows"]["default"] == 1000
     assert refund.input_schema["properties"]["amount_cents"]["minimum"] == 1
-    assert set(export.output_schema["required"]) == {"path", "format", "rows", "sha256"}
+    assert set(export.output_schema["required"]) == {"file", "format", "rows", "sha256"}
     assert confirm.output_schema["properties"]["confirmed"]["type"] == "boolean"
     assert echo.input_schema["properties"]["seconds"] == {
         "default": 5,
@@ -93,12 +94,16 @@ def test_an_export_writes_its_file_once_and_returns_its_checksum(alice, settings
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     assert task.result["structuredContent"] == {
-        "path": str(path),
+        "file": f"{task.pk}.csv",
         "format": "csv",
         "rows": 25,
         "sha256": digest,
     }
-    assert text(task.result) == f"Exported 25 rows of Q2 as csv to {path} (sha256 {digest})."
+    assert text(task.result) == (
+        f"Exported 25 rows of Q2 as csv to the file {task.pk}.csv (sha256 {digest})."
+    )
+    # The client learns the file's name, never where the server keeps it.
+    assert str(settings.TASKDESK_EXPORT_DIR) not in json.dumps(task.result)
     lines = data.decode().splitlines()
     assert lines[0] == "quarter,row,region,amount_cents"
     assert len(lines) == 26
@@ -115,7 +120,8 @@ def test_a_json_export_is_an_array_of_rows(alice, settings) -> None:
 
     leg(task)
 
-    rows = json.loads(Path(task.result["structuredContent"]["path"]).read_text())
+    name = task.result["structuredContent"]["file"]
+    rows = json.loads((Path(settings.TASKDESK_EXPORT_DIR) / name).read_text())
     assert len(rows) == 7
     assert rows[6]["row"] == 7
     assert set(rows[0]) == {"quarter", "row", "region", "amount_cents"}
@@ -205,24 +211,62 @@ def test_a_large_refund_waits_for_an_operator_and_then_refunds(alice, operator) 
     assert task.status_message.startswith("Waiting for an operator in the inbox: Approve")
     assert not DemoRefund.objects.exists()
 
-    answer(task, "approval", {"action": "accept", "content": {"approve": True}},
+    assert request.form_schema == demo.APPROVAL_FORM
+    answer(task, "approval", {"action": "accept", "content": {"decision": "approve"}},
            channel=Channel.INBOX, user=operator)  # fmt: skip
     assert leg(task) == LegOutcome.COMPLETED
     assert DemoRefund.objects.get().amount_cents == 20000
+    assert task.result["isError"] is False
 
 
-def test_a_refused_refund_completes_with_an_error_and_the_reason(alice, operator) -> None:
+def test_a_declined_refund_completes_with_an_error_and_the_reason(alice, operator) -> None:
     task = submit(alice, "refund_payment", payment_id="pay_3", amount_cents=10000, reason="x")
     leg(task)
 
-    answer(task, "approval", {"action": "accept", "content": {"approve": False, "note": "fraud"}},
+    content = {"decision": "decline", "note": "fraud"}
+    answer(task, "approval", {"action": "accept", "content": content},
            channel=Channel.INBOX, user=operator)  # fmt: skip
     leg(task)
 
     assert task.status == Status.COMPLETED
     assert task.result["isError"] is True
-    assert text(task.result) == "Refund of pay_3 was not approved by an operator: fraud"
+    assert text(task.result) == "Refund of pay_3 was declined by an operator: fraud"
     assert not DemoRefund.objects.exists()
+
+
+def test_an_answer_without_a_decision_is_refused_and_refunds_nothing(alice, operator) -> None:
+    task = submit(alice, "refund_payment", payment_id="pay_5", amount_cents=10000, reason="x")
+    leg(task)
+
+    [request] = pending(task)
+    outcome = elicitations.answer(task=task, key=request.key, channel=Channel.INBOX, user=operator,
+                                  response={"action": "accept", "content": {"note": "ok"}})  # fmt: skip
+
+    assert outcome.errors == ("decision: is required",)
+    assert [r.status for r in pending(task)] == ["pending"]
+    assert not DemoRefund.objects.exists()
+
+
+@pytest.mark.parametrize(("content", "refunded"), [
+    ({"approve": True}, True), ({"approve": False, "note": "no"}, False),
+])  # fmt: skip
+def test_an_answer_to_the_earlier_approve_form_still_decides(
+    alice, operator, content, refunded
+) -> None:
+    # A question asked before the upgrade keeps its schema; its answer decides as it did.
+    from elicitations.models import InputRequest
+
+    task = submit(alice, "refund_payment", payment_id="pay_6", amount_cents=10000, reason="x")
+    leg(task)
+    old = {"type": "object", "properties": {"approve": {"type": "boolean"}, "note": {"type": "string"}},
+           "required": ["approve"]}  # fmt: skip
+    InputRequest.objects.filter(task=task).update(requested_schema=old, property_order=[])
+    answer(task, "approval", {"action": "accept", "content": content},
+           channel=Channel.INBOX, user=operator)  # fmt: skip
+    leg(task)
+
+    assert DemoRefund.objects.exists() is refunded
+    assert task.result["isError"] is not refunded
 
 
 def test_a_declined_approval_also_ends_the_refund(alice, operator) -> None:

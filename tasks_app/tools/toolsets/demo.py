@@ -43,7 +43,9 @@ CHUNKS = 10
 
 
 class ExportResult(BaseModel):
-    path: str = Field(description="Where the export was written")
+    # A name, not the server's path: the folder is the server's business (there is no download
+    # endpoint; an operator finds the file under TASKDESK_EXPORT_DIR).
+    file: str = Field(description="The export's file name in the server's export folder")
     format: Literal["csv", "json"]
     rows: int
     sha256: str = Field(description="SHA-256 of the file, lower-case hex")
@@ -159,7 +161,7 @@ def export_report(
     """Export a quarter's report as a CSV or JSON file.
 
     Generates the rows in chunks (the task's status message shows the progress), then writes
-    the file atomically. Returns its path, format, number of rows and SHA-256. Needs an
+    the file atomically. Returns its file name, format, number of rows and SHA-256. Needs an
     idempotency key: a retry with the same key returns the same export.
     """
     folder = _export_dir()
@@ -182,11 +184,12 @@ def export_report(
             entry = {"task": ctx.task_id, "path": str(final), "sha256": expected, "at": written_at}
             _log_write(folder, entry)
             fx.record(path=str(final), sha256=expected)
-    structured = ExportResult(path=str(final), format=format, rows=rows, sha256=expected)
+    structured = ExportResult(file=final.name, format=format, rows=rows, sha256=expected)
     return ToolResult(
         content=[
             text_block(
-                f"Exported {rows} rows of {quarter} as {format} to {final} (sha256 {expected})."
+                f"Exported {rows} rows of {quarter} as {format} to the file {final.name} "
+                f"(sha256 {expected})."
             )
         ],
         structured=structured.model_dump(),
@@ -202,13 +205,23 @@ class RefundResult(BaseModel):
     amount_cents: int
 
 
+# The decision is the answer itself, one of two named options with no default: whoever answers
+# must pick Approve or Decline (a form's Accept button only sends the answer).
 APPROVAL_FORM: dict[str, Any] = {
     "type": "object",
     "properties": {
-        "approve": {"type": "boolean", "title": "Approve the refund"},
+        "decision": {
+            "type": "string",
+            "title": "Decision",
+            "description": "Approve refunds the payment; Decline refuses the refund.",
+            "oneOf": [
+                {"const": "approve", "title": "Approve"},
+                {"const": "decline", "title": "Decline"},
+            ],
+        },
         "note": {"type": "string", "title": "Note", "maxLength": 500},
     },
-    "required": ["approve"],
+    "required": ["decision"],
 }
 
 
@@ -239,6 +252,14 @@ def issue_refund(*, key: str, payment_id: str, amount_cents: int, reason: str) -
 
 def _money(cents: int) -> str:
     return f"{cents // 100:,}.{cents % 100:02d}"
+
+
+def _decision(content: dict[str, Any]) -> str:
+    """The operator's decision. A question asked before the form named its decision had a
+    required "approve" boolean instead; only ``true`` approved."""
+    if "decision" in content:
+        return str(content["decision"])
+    return "approve" if content.get("approve") is True else "decline"
 
 
 @tools.tool(
@@ -280,10 +301,14 @@ def refund_payment(
             schema=APPROVAL_FORM,
             audience="operator",
         )
-        if not (answer.accepted and answer.content.get("approve") is True):
-            note = str(answer.content.get("note") or "").strip()
-            why = note or ("the question was declined" if not answer.accepted else "no note")
-            raise ToolError(f"Refund of {payment_id} was not approved by an operator: {why}")
+        if not answer.accepted:
+            raise ToolError(
+                f"Refund of {payment_id} was not approved by an operator: "
+                f"the question was {'declined' if answer.action == 'decline' else 'cancelled'}"
+            )
+        if _decision(answer.content) != "approve":
+            note = str(answer.content.get("note") or "").strip() or "no note given"
+            raise ToolError(f"Refund of {payment_id} was declined by an operator: {note}")
 
     def refunded(key: str) -> bool:
         return DemoRefund.objects.filter(downstream_key=key).exists()

@@ -144,6 +144,22 @@ def test_only_an_unknown_effect_can_be_reconciled(alice, operator) -> None:
         )
 
 
+def test_a_decision_is_never_overwritten_before_the_next_leg_acts_on_it(alice, operator) -> None:
+    task = submit(alice, "charge")
+    crashed_leg(task)
+    leg(task)
+    effect = Effect.objects.get(task=task)
+    runtime.reconcile_effect(effect_id=effect.pk, happened=False, user=operator, note="no")
+
+    with pytest.raises(runtime.NotReconcilable, match="already reconciled by olga"):
+        runtime.reconcile_effect(effect_id=effect.pk, happened=True, user=operator)
+
+    effect.refresh_from_db()
+    assert (effect.state, effect.detail["reconciled"]["happened"]) == ("unknown", False)
+    assert leg(task) == LegOutcome.COMPLETED
+    assert RUNS["charge"] == 2  # the decision that stood: run again
+
+
 def test_verify_saying_it_happened_confirms_the_effect_and_skips_the_body(alice) -> None:
     task = submit(alice, "charge", verify="yes")
     crashed_leg(task)

@@ -277,6 +277,7 @@ def test_fastmcp_client_in_its_legacy_mode(stack, alice_token, ledger, fastmcp_p
 
         # A tool that runs only as a task is refused, naming what is missing; nothing is made.
         refused = client("call_tool", name="confirm_action", arguments={"action": "deploy"})
+        assert refused["error"]["code"] == -32601, refused
         assert "params.task" in refused["error"]["message"], refused
         ledger.made_none()
 
@@ -319,7 +320,7 @@ def finished(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str
     return proc.returncode, out, err
 
 
-def inspect(stack: LiveStack, token: str, era: str, home: Path, *args: str) -> dict[str, Any]:
+def run_inspector(stack: LiveStack, token: str, era: str, home: Path, *args: str) -> dict[str, Any]:
     """Run the Inspector CLI; return its JSON result (it must succeed)."""
     code, out, err = finished(inspector(stack, token, era, home, *args))
     assert code == 0 and out.strip(), f"exit {code}:\n{out}\n{err}"
@@ -346,7 +347,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
 ) -> None:
     version = "2025-11-25" if era == "legacy" else "2026-07-28"
 
-    tools = inspect(stack, alice_token, era, tmp_path, "--method", "tools/list")["tools"]
+    tools = run_inspector(stack, alice_token, era, tmp_path, "--method", "tools/list")["tools"]
     listed = {tool["name"]: tool for tool in tools}
     assert set(listed) >= DEMO_TOOLS
     if era == "legacy":  # the 2026 wire does not show a tool's task policy
@@ -356,7 +357,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
 
     # An optional tool without a key: a task on 2026 (the Inspector declares the tasks
     # extension and follows it), a synchronous call on 2025-11-25 (it sends no params.task).
-    result = inspect(
+    result = run_inspector(
         stack, alice_token, era, tmp_path, *call("slow_echo", {"text": "hi", "seconds": 0.3})
     )
     assert result["content"] == [{"type": "text", "text": "hi"}] and not result["isError"]
@@ -367,7 +368,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
 
     # With a key: one durable task on either era.
     key = f"inspector-{era}-echo"
-    result = inspect(
+    result = run_inspector(
         stack, alice_token, era, tmp_path, *call("slow_echo", {"text": "kept", "seconds": 0.2}, key)
     )
     task = ledger.made_one()
@@ -375,7 +376,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
     assert (task.idempotency_key, task.era, task.status) == (key, version, "completed")
 
     key = f"inspector-{era}-export"
-    result = inspect(
+    result = run_inspector(
         stack, alice_token, era, tmp_path, *call("export_report", {"quarter": "Q2", "rows": 7}, key)
     )
     task = ledger.made_one()
@@ -385,7 +386,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
 
     # The key in an argument of the tool's own (request_key).
     arguments = {"payment_id": f"p-{era}", "amount_cents": 500, "reason": "interop"}
-    result = inspect(
+    result = run_inspector(
         stack,
         alice_token,
         era,
@@ -398,7 +399,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
     assert (task.idempotency_key, task.status) == (f"inspector-{era}-refund", "completed")
 
     arguments = {"to": "ada@example.com", "subject": "Interop", "body": "Hello"}
-    result = inspect(
+    result = run_inspector(
         stack,
         alice_token,
         era,
@@ -409,32 +410,33 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
     assert result["structuredContent"]["to"] == "ada@example.com"
     assert task.status == "completed"
 
+    # A large refund waits for an operator's approval in the inbox; the Inspector waits too.
+    arguments = {"payment_id": f"big-{era}", "amount_cents": 20000, "reason": "interop"}
+    big = call("refund_payment", arguments | {"request_key": f"inspector-{era}-big"})
+    how, code, out, err = answered_in_inbox(
+        inspector(stack, alice_token, era, tmp_path, *big),
+        operator,
+        ledger,
+        "refund_payment",
+        {"approve": True},
+    )
+    assert how == "inbox", f"exit {code}, stdout {out!r}, stderr {err!r}"
+    assert code == 0, f"{out}\n{err}"
+    assert json.loads(out)["result"]["structuredContent"]["amount_cents"] == 20000
+    task = ledger.made_one()
+    assert task.status == "completed"
+    assert task.input_requests.get().channel == "inbox"
+
     # confirm_action asks the client, and the Inspector's CLI declares no elicitation
     # capability: the question goes to the inbox (answered here by an operator), or the
     # task fails naming the capability. It must not wait where nobody can answer it.
-    proc = inspector(stack, alice_token, era, tmp_path, *call("confirm_action", {"action": "ship"}))
-    try:
-        how = wait_for(
-            "the question to reach someone who can answer it",
-            lambda: reached(proc, operator),
-            20,
-            0.1,
-            lambda: stuck(ledger),
-        )
-        if how == "inbox":
-            question = inbox.inbox_for(user=operator).get(task__tool_name="confirm_action")
-            answers.answer(
-                task=question.task,
-                key=question.key,
-                response={"action": "accept", "content": {"confirm": True}},
-                channel="inbox",
-                user=operator,
-            )
-        code, out, err = finished(proc)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.communicate()
+    how, code, out, err = answered_in_inbox(
+        inspector(stack, alice_token, era, tmp_path, *call("confirm_action", {"action": "ship"})),
+        operator,
+        ledger,
+        "confirm_action",
+        {"confirm": True},
+    )
     made = ledger.new()
     assert len(made) <= 1, made
     if how == "inbox":
@@ -446,18 +448,51 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
         assert all(task.status == "failed" for task in made), [t.status for t in made]
 
 
-def reached(proc: subprocess.Popen[str], operator: Any) -> str | None:
-    """How the Inspector's confirm_action call settled, so far: it ended ("exited"), or its
-    question waits in the operator's inbox ("inbox")."""
-    if proc.poll() is not None:
-        return "exited"
-    if inbox.inbox_for(user=operator).filter(task__tool_name="confirm_action").exists():
-        return "inbox"
-    return None
+def answered_in_inbox(
+    proc: subprocess.Popen[str],
+    operator: Any,
+    ledger: Ledger,
+    tool: str,
+    content: dict[str, Any],
+) -> tuple[str, int, str, str]:
+    """Wait until the Inspector's call of TOOL (PROC) has ended ("exited") or its question
+    waits in OPERATOR's inbox ("inbox"), in which case the operator accepts it with CONTENT
+    and the call is waited for; return how, and the Inspector's exit code and output."""
+
+    def reached() -> str | None:
+        if proc.poll() is not None:
+            return "exited"
+        if inbox.inbox_for(user=operator).filter(task__tool_name=tool).exists():
+            return "inbox"
+        return None
+
+    try:
+        how = wait_for(
+            "the question to reach someone who can answer it",
+            reached,
+            20,
+            0.1,
+            lambda: stuck(ledger, tool),
+        )
+        if how == "inbox":
+            question = inbox.inbox_for(user=operator).get(task__tool_name=tool)
+            answers.answer(
+                task=question.task,
+                key=question.key,
+                response={"action": "accept", "content": content},
+                channel="inbox",
+                user=operator,
+            )
+        code, out, err = finished(proc)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    return how, code, out, err
 
 
-def stuck(ledger: Ledger) -> str:
-    tasks = Task.objects.filter(tool_name="confirm_action").exclude(pk__in=ledger.seen)
+def stuck(ledger: Ledger, tool: str) -> str:
+    tasks = Task.objects.filter(tool_name=tool).exclude(pk__in=ledger.seen)
     return "; ".join(
         f"task {task.pk} is {task.status}, its questions: "
         f"{list(task.input_requests.values('audience', 'status', 'channel'))}"
@@ -471,6 +506,10 @@ def stuck(ledger: Ledger) -> str:
 def sdk(url: str, token: str, **options: Any) -> Client:
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
     return Client(streamable_http_client(url, http_client=http), **options)
+
+
+async def not_here(context: Any, params: mcp_types.ElicitRequestParams) -> mcp_types.ElicitResult:
+    raise AssertionError("a task's question comes in tasks/get, not as elicitation/create")
 
 
 def first_text(result: mcp_types.CallToolResult) -> str:
@@ -521,8 +560,11 @@ def test_the_python_sdk_without_the_tasks_extension_and_in_legacy_mode(  # type:
             assert "io.modelcontextprotocol/tasks" in refused.value.error.message
             await made_none()
 
+        # With a tasks extension (test_sdk_client.py's) and an elicitation callback, which
+        # declares that the client answers questions (Tasks answers them with tasks/update).
+        tasks = Tasks(confirm_everything)
         async with sdk(
-            stack.mcp_url, alice_token, extensions=[Tasks(confirm_everything)]
+            stack.mcp_url, alice_token, extensions=[tasks], elicitation_callback=not_here
         ) as client:
             result = await client.call_tool("confirm_action", {"action": "deploy"})
             assert result.structured_content == {"confirmed": True}

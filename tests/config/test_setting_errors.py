@@ -78,6 +78,11 @@ BAD = "Taskdesk cannot start: "
             "loud",
             "LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, not 'loud'",
         ),
+        (
+            "BEAT_LOG_LEVEL",
+            "quiet",
+            "BEAT_LOG_LEVEL must be one of DEBUG, INFO, WARNING, ERROR, CRITICAL, not 'quiet'",
+        ),
         ("WORKER_CONCURRENCY", "many", "WORKER_CONCURRENCY must be an integer of at least 1"),
         ("WORKER_NICE", "20", "WORKER_NICE must be at most 19 (the lowest priority), not 20"),
         ("TASKDESK_CALL_RATE", "fast", "TASKDESK_CALL_RATE must be a rate such as 10/second"),

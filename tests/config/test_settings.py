@@ -22,6 +22,8 @@ _INHERITED = {
     "TASKDESK_PORT",
     "PROMETHEUS_MULTIPROC_DIR",  # settings exports it, so this process has one
     "LOG_FORMAT",
+    "LOG_LEVEL",
+    "BEAT_LOG_LEVEL",
 }
 
 

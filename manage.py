@@ -9,16 +9,20 @@ import sys
 
 def main() -> None:
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
-    import django
+    from django.apps import apps
+    from django.core.exceptions import ImproperlyConfigured
     from django.core.management import execute_from_command_line
 
-    from config.env import settings_errors_end_the_process
+    from config.env import one_line
 
-    # Set up first, so that a malformed setting ends the command with one line naming it
-    # (config/env.py) rather than a traceback; the command's own setup then finds it done.
-    with settings_errors_end_the_process():
-        django.setup()
-    execute_from_command_line(sys.argv)
+    try:
+        execute_from_command_line(sys.argv)
+    except ImproperlyConfigured as error:
+        if apps.ready:  # raised by the command itself: its traceback says where
+            raise
+        # Loading the settings or setting the apps up failed: a malformed setting, which
+        # ends the command with one line naming it (config/env.py).
+        raise SystemExit(one_line(error)) from None
 
 
 if __name__ == "__main__":

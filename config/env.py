@@ -6,11 +6,11 @@ config/gunicorn.conf.py for gunicorn's own). A malformed value raises Improperly
 with a one-line message that names the variable, its value (secrets are not shown, and the
 password of a URL is masked) and what the variable accepts.
 
-The entry points load the settings inside ``settings_errors_end_the_process``: manage.py, the
-gunicorn master (config/gunicorn.conf.py, before it starts any web process), a gunicorn web
-process (config/wsgi.py) and the Celery worker and beat (config/celery.py). A malformed
-setting then ends the process with that line on standard error, exit status 1, instead of a
-traceback through Django's and Celery's start-up.
+The entry points turn it into that one line on standard error (``one_line``), and exit
+status 1, instead of a traceback through Django's and Celery's start-up: manage.py (for what
+is raised before the apps are ready), the gunicorn master (config/gunicorn.conf.py, before it
+starts any web process), a gunicorn web process (config/wsgi.py, status 4) and the Celery
+worker and beat (config/celery.py), the last two through ``settings_errors_end_the_process``.
 
 This module imports nothing of the project's, so that those entry points can use it before
 Django is set up.

@@ -239,6 +239,9 @@ def _table(raw: bytes) -> list[Any]:
 class Transport(filesystem.Transport):
     Channel = Channel
     implements = filesystem.Transport.implements.extend(asynchronous=True)
+    # A folder has no host: without this, kombu's default ("localhost") made every process
+    # warn "No hostname was supplied" at start.
+    default_connection_params: dict[str, Any] = {}
 
     def register_with_event_loop(self, connection: Any, loop: Any) -> None:
         loop.call_repeatedly(self.polling_interval, self._deliver_ready)

@@ -7,17 +7,49 @@ import time
 from typing import Any
 
 from celery import Celery
-from celery.signals import worker_init, worker_process_init, worker_process_shutdown
+from celery.signals import (
+    import_modules,
+    worker_init,
+    worker_process_init,
+    worker_process_shutdown,
+)
 from kombu.transport import TRANSPORT_ALIASES
+
+from config.env import load_settings, settings_errors_end_the_process
 
 # "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
 TRANSPORT_ALIASES["filesystem"] = "config.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
+
+# A malformed setting ends `celery worker` and `celery beat` with one line naming it
+# (config/env.py), in two steps. The settings are first read when Celery reads its own
+# configuration (on_configure below: while it parses its command line). Django's apps,
+# whose ready() checks TASKDESK_TOOLSETS, are set up before Celery imports the task modules
+# (import_modules); Celery's Django fixup does that too, but it runs inside a signal, which
+# logs an exception with its traceback and goes on. This receiver is connected before the
+# app is made (the fixup connects then), so it runs first.
+@import_modules.connect
+def _set_up_django(sender: Any = None, **kwargs: Any) -> None:
+    from django.apps import apps
+
+    if apps.ready or apps.loading:
+        return
+    import django
+
+    with settings_errors_end_the_process():
+        django.setup()
+
+
 app = Celery("taskdesk")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+
+
+@app.on_configure.connect
+def _load_settings(**kwargs: Any) -> None:
+    load_settings()
 
 
 @worker_init.connect

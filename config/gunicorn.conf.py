@@ -6,18 +6,28 @@ import multiprocessing
 import os
 import socket
 import time
-from pathlib import Path
 from typing import Any
 
-_host = os.environ.get("HOST", "127.0.0.1")
-# Honcho gives every process its own PORT; TASKDESK_PORT keeps the one the user chose.
-_port = os.environ.get("TASKDESK_PORT") or os.environ.get("PORT", "8000")
-bind = [f"{_host}:{_port}"]
-# One process per core (at least two): the work is CPU-bound (the GIL), and on the same cores
-# the Celery worker, PostgreSQL and Redis want their share; more processes only cost memory
-# (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
-workers = int(os.environ.get("WEB_WORKERS") or max(2, multiprocessing.cpu_count()))
-# Threads keep a streaming (SSE) response from blocking a whole worker process.
+from django.conf import settings
+
+from config.env import env_int, load_settings, settings_errors_end_the_process
+
+# The master loads Django's settings before it starts a web process: a malformed setting
+# ends gunicorn here with one line naming it (config/env.py), rather than every web process
+# failing to boot with a traceback. The apps are set up in each web process (config/wsgi.py).
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+load_settings()
+
+# TASKDESK_PORT wins over PORT (config/settings.py): Procfile runners may give every process
+# a PORT of its own, and `make run` passes the one the user chose as TASKDESK_PORT.
+bind = [f"{settings.HOST}:{settings.PORT}"]
+with settings_errors_end_the_process():
+    # One process per core (at least two): the work is CPU-bound (the GIL), and on the same
+    # cores the Celery worker, PostgreSQL and Redis want their share; more processes only
+    # cost memory (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
+    workers = env_int("WEB_WORKERS", max(2, multiprocessing.cpu_count()), minimum=1)
+    # Threads keep a streaming (SSE) response from blocking a whole worker process.
+    threads = env_int("WEB_THREADS", 4, minimum=1)
 worker_class = "gthread"
 # Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
 # connections over them. On one shared socket the process that woke first took a client's
@@ -25,25 +35,21 @@ worker_class = "gthread"
 # processes held 1 and 15, 2 and 14, 4 and 12, and the one holding most was bound to one core
 # (its GIL) while the other idled (docs/benchmarks.md).
 reuse_port = True
-threads = int(os.environ.get("WEB_THREADS") or 4)
 timeout = 120
 graceful_timeout = 10
 keepalive = 5
 accesslog = os.environ.get("WEB_ACCESS_LOG") or None
 errorlog = "-"
-loglevel = os.environ.get("LOG_LEVEL", "info").lower()
+loglevel = settings.LOG_LEVEL.lower()
 proc_name = "taskdesk-web"
 # gunicorn's control socket (for `gunicornc`) lives with this instance's other state. Its
 # default, ~/.gunicorn/gunicorn.ctl, is one path for every gunicorn of the user: a second
 # server took it over from the first, and the first to stop removed it. The folder is
-# config.settings.VAR_DIR, by the same rule (this file is read before Django is set up).
-control_socket = str(
-    Path(os.environ.get("TASKDESK_VAR_DIR") or Path(__file__).resolve().parent.parent / "var")
-    / "gunicorn.ctl"
-)
+# config.settings.VAR_DIR.
+control_socket = str(settings.VAR_DIR / "gunicorn.ctl")
 
 # LOG_FORMAT=json: gunicorn's own lines (start-up, worker boots, the access log) as JSON too.
-if os.environ.get("LOG_FORMAT", "").strip().lower() == "json":
+if settings.LOG_FORMAT == "json":
     _json_handler = {
         "class": "logging.StreamHandler",
         "formatter": "json",

@@ -1,9 +1,21 @@
 from __future__ import annotations
 
 import os
+import sys
 
+from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
+
+from config.env import one_line
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-application = get_wsgi_application()
+# gunicorn's master has loaded the settings already (config/gunicorn.conf.py); what is left
+# to fail here is setting up the apps (an unknown TASKDESK_TOOLSETS name). Such a web process
+# says so in one line and exits with gunicorn's "application failed to load" status, on
+# which the master stops rather than starting another.
+try:
+    application = get_wsgi_application()
+except ImproperlyConfigured as error:
+    print(one_line(error), file=sys.stderr, flush=True)
+    sys.exit(4)

@@ -22,6 +22,8 @@ _INHERITED = {
     "TASKDESK_PORT",
     "PROMETHEUS_MULTIPROC_DIR",  # settings exports it, so this process has one
     "LOG_FORMAT",
+    "LOG_LEVEL",
+    "BEAT_LOG_LEVEL",
 }
 
 
@@ -93,6 +95,25 @@ def test_it_refuses_a_malformed_variable_naming_it(tmp_path, name, value, expect
     assert result.returncode != 0
     assert "ImproperlyConfigured" in result.stderr
     assert expected in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "WARNING"),
+        ({"LOG_LEVEL": "warning"}, "WARNING"),
+        ({"LOG_LEVEL": "DEBUG"}, "DEBUG"),
+        ({"LOG_LEVEL": "ERROR"}, "ERROR"),
+        ({"BEAT_LOG_LEVEL": "info"}, "INFO"),
+    ],
+)
+def test_beat_logs_the_jobs_it_sends_only_when_asked(tmp_path, env, expected) -> None:  # type: ignore[no-untyped-def]
+    code = (
+        "from django.conf import settings as s; print(s.LOGGING['loggers']['celery.beat']['level'])"
+    )
+    result = run_django(code, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
 
 
 def test_it_defaults_to_sqlite_and_the_embedded_broker_with_debug_off(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -1,21 +1,26 @@
-"""`make run`'s supervisor (scripts/run_procfile.py, the Procfile) with the real processes: a
-Ctrl-C lets each Celery worker finish the leg it is running, and a process that died stops
-the others with a message naming it."""
+"""`make run` with the real processes: a Ctrl-C lets each Celery worker finish the leg it is
+running, a process that died stops the others with a message naming it, the start-up banner
+names only URLs, files and commands that work, and an idle stack writes nothing."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
+import shlex
 import signal
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import httpx
 import pytest
 
 from tasks_app.models import Status
+from tests import wire
 from tests.integration.worker_helpers import leg_pid, submit
 from tests.live import BIN, ROOT, LiveStack, stop_process, wait_for
 
@@ -137,3 +142,143 @@ def test_the_leg_worker_yields_the_cpu_to_the_web_processes(transactional_db) ->
         pytest.skip("this kernel has no autogroup; the nice values above are the whole story")
     # Each process leads a session of its own, whose scheduling group takes its priority.
     assert groups == {"web": {"0"}, "worker": {"7"}, "control": {"0"}}
+
+
+@contextmanager
+def real_make_run(**env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path, LiveStack]]:
+    """`make run` itself: the Makefile's recipe (migrate, collectstatic, bootstrap,
+    clear_metrics, then the supervisor), in a session of its own, once every process is up
+    and the server answers. ``-o`` takes the virtualenv's install stamp as up to date: the
+    test run installed it, and must not install it again under itself."""
+    stack = LiveStack()  # for its environment: a private folder, port, database and broker
+    out = stack.tmp / "make-run.log"
+    with open(out, "wb") as log:
+        make = subprocess.Popen(
+            ["make", "--no-print-directory", "-o", ".venv/.installed", "run", f"PORT={stack.port}"],
+            cwd=ROOT,
+            env={**stack.env, "PATH": f"{BIN}:{os.environ['PATH']}", **env},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+    def up() -> bool:
+        text = out.read_text()
+        if make.poll() is not None:
+            raise AssertionError(f"make run ended with {make.returncode}:\n{text[-3000:]}")
+        if text.count(" ready.") < 2 or "beat.1 started" not in text:
+            return False
+        try:
+            return httpx.get(f"{stack.url}/healthz", timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    try:
+        wait_for("make run to be up", up, timeout=180, every=0.5, explain=lambda: out.read_text())
+        yield make, out, stack
+    finally:
+        stop_process(make)
+
+
+def _banner(text: str) -> list[str]:
+    """The lines `make run` printed from "Taskdesk is starting." to its first process's."""
+    lines = text.splitlines()
+    start = lines.index("Taskdesk is starting.")
+    end = next(i for i, line in enumerate(lines) if re.match(r"\d\d:\d\d:\d\d system ", line))
+    return [line for line in lines[start:end] if line.strip()]
+
+
+def _log_in(client: httpx.Client, username: str, password: str) -> None:
+    page = client.get("/accounts/login/")
+    found = re.search(r'name="csrfmiddlewaretoken" value="([^"]+)"', page.text)
+    assert found is not None, page.text
+    answer = client.post(
+        "/accounts/login/",
+        data={"username": username, "password": password, "csrfmiddlewaretoken": found[1]},
+    )
+    assert answer.status_code == 302, answer.text
+    assert answer.headers["Location"] == "/tasks/"
+
+
+def test_make_run_names_what_works_and_then_keeps_quiet(transactional_db) -> None:  # type: ignore[no-untyped-def]
+    with real_make_run() as (_make, out, stack):
+        # Idle: no process writes a line (beat sends a job every second here, whose INFO line
+        # per job is off by default: BEAT_LOG_LEVEL).
+        time.sleep(3)  # the last start-up lines
+        before = out.read_text().splitlines()
+        time.sleep(15)
+        idle = out.read_text().splitlines()[len(before) :]
+        assert idle == [], "\n".join(idle)
+
+        banner = _banner(out.read_text())
+        labels = {
+            line.split(" : ")[0].strip(): line.split(" : ", 1)[1]
+            for line in banner[1:]
+            if " : " in line
+        }
+        base = stack.url
+        assert labels["MCP endpoint"] == f"{base}/mcp"
+        assert labels["Dashboard"] == f"{base}/tasks/"
+        assert labels["Inbox"] == f"{base}/inbox/"
+        assert labels["Health"] == f"{base}/healthz"
+        urls = set(re.findall(r"https?://[^\s']+", "\n".join(banner)))
+        assert urls == {
+            f"{base}/mcp",
+            f"{base}/tasks/",
+            f"{base}/inbox/",
+            f"{base}/healthz",
+            f"{base}/admin/password_change/",
+        }
+
+        # The files it names: private, and what they hold works.
+        found = re.fullmatch(r"(\S+), password in (\S+)", labels["Operator"])
+        assert found is not None, banner
+        username, password_file = found[1], ROOT / found[2]
+        token_file = ROOT / re.fullmatch(r"(\S+)   \(kept in (\S+)\)", labels["Demo token"])[2]  # type: ignore[index]
+        for path in (password_file, token_file):
+            assert path.parent == stack.tmp
+            assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        token = token_file.read_text().strip()
+        assert labels["Demo token"].startswith(token + " ")
+        password = password_file.read_text().strip()
+        assert password not in out.read_text()  # only the file has it
+
+        # The pages: answered once logged in with that password.
+        with httpx.Client(base_url=base, timeout=30) as client:
+            assert client.get("/healthz").status_code == 200
+            for page in ("/tasks/", "/inbox/", "/admin/password_change/"):
+                assert client.get(page).status_code == 302  # to a login page
+            _log_in(client, username, password)
+            for page in ("/tasks/", "/inbox/", "/admin/password_change/"):
+                answer = client.get(page)
+                assert answer.status_code == 200, (page, answer.text[:500])
+            assert 'name="new_password1"' in client.get("/admin/password_change/").text
+
+        # The Claude Code command: its URL and header reach the MCP endpoint as the demo
+        # client, on either wire.
+        command = shlex.split(labels["Claude Code"])
+        assert command[:6] == ["claude", "mcp", "add", "--transport", "http", "taskdesk"]
+        assert command[6] == f"{base}/mcp" and command[7] == "--header"
+        header, _, value = command[8].partition(": ")
+        assert (header, value) == ("Authorization", f"Bearer {token}")
+        handshake = httpx.post(
+            command[6],
+            json=wire.initialize(),
+            headers={header: value, "Accept": "application/json, text/event-stream"},
+            timeout=30,
+        )
+        assert handshake.status_code == 200, handshake.text
+        assert "serverInfo" in wire.json_of(handshake)["result"]
+        listing = wire.request("tools/list")
+        tools = httpx.post(
+            command[6],
+            content=json.dumps(listing),
+            headers={
+                **wire.headers_for(listing),
+                "Content-Type": "application/json",
+                header: value,
+            },
+            timeout=30,
+        )
+        assert tools.status_code == 200, tools.text
+        assert {t["name"] for t in wire.result_of(tools)["tools"]} >= {"export_report"}

@@ -88,7 +88,8 @@ def test_json_logs_follow_a_request_id_from_the_web_to_the_first_leg(
     transactional_db, alice, alice_token
 ) -> None:  # type: ignore[no-untyped-def]
     request_id = f"req-{uuid.uuid4().hex}"
-    env = {"LOG_FORMAT": "json", "TASKDESK_LOG_EVERY_TASK": "1"}  # the per-task lines too
+    # The per-task lines too, and beat's line per job it sends (otherwise beat says nothing).
+    env = {"LOG_FORMAT": "json", "TASKDESK_LOG_EVERY_TASK": "1", "BEAT_LOG_LEVEL": "INFO"}
     with live_stack(web_workers=2, env=env) as stack:
         body, headers = tools_call(
             "slow_echo", {"text": "traced", "seconds": 0}, key="json-logs-1", token=alice_token

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
@@ -124,10 +125,14 @@ def _check_question(
     return schema
 
 
-def _aware(deadline: datetime | timedelta | None) -> datetime | None:
+def _aware(deadline: datetime | timedelta | None) -> datetime:
+    """The question's deadline: DEADLINE, or ``TASKDESK_QUESTION_DEADLINE_SECONDS`` from now
+    when the tool gives none (no question waits forever)."""
+    if deadline is None:
+        deadline = timedelta(seconds=settings.TASKDESK_QUESTION_DEADLINE_SECONDS)
     if isinstance(deadline, timedelta):
         return timezone.now() + deadline
-    if deadline is not None and timezone.is_naive(deadline):
+    if timezone.is_naive(deadline):
         raise UnsupportedSchema("deadline must be a timezone-aware datetime or a timedelta")
     return deadline
 
@@ -148,6 +153,7 @@ def open_request(
 ) -> InputRequest:
     """Record a pending question of TASK and write an ``input_requested`` event.
 
+    Without a DEADLINE the question gets the default one (``TASKDESK_QUESTION_DEADLINE_SECONDS``).
     Raise UnsupportedSchema (naming the property and the rule) for a schema outside MCP's
     form subset, or an inconsistent question; raise TaskClosed if the task has ended. The
     caller moves the task to input_required (``tasks_app.transitions.require_input``).
@@ -186,7 +192,7 @@ def open_request(
         ask_key=ask_key,
         mode=mode,
         audience=audience,
-        deadline=when.isoformat() if when else None,
+        deadline=when.isoformat(),
         on_timeout=on_timeout,
     )
     return request

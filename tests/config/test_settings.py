@@ -56,6 +56,11 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
         ),
         ("TASKDESK_MAX_STREAMS", "0", "TASKDESK_MAX_STREAMS must be at least 1"),
         (
+            "TASKDESK_QUESTION_DEADLINE_SECONDS",
+            "0",
+            "TASKDESK_QUESTION_DEADLINE_SECONDS must be at least 1",
+        ),
+        (
             "TASKDESK_DEMO_EXPORT_SECONDS",
             "nan",
             "TASKDESK_DEMO_EXPORT_SECONDS must be a finite number",
@@ -103,6 +108,13 @@ def test_it_defaults_to_sqlite_and_the_embedded_broker_with_debug_off(tmp_path) 
     assert float(poll) <= 0.1
     assert "['127.0.0.1', 'localhost', '[::1]']" in rest
     assert "'http://127.0.0.1:8000', 'http://localhost:8000', 'http://[::1]:8000'" in rest
+
+
+def test_a_question_waits_a_day_by_default(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    code = "from django.conf import settings as s; print(s.TASKDESK_QUESTION_DEADLINE_SECONDS)"
+    assert run_django(code, {}, tmp_path).stdout.strip() == str(24 * 3600)
+    set_to = {"TASKDESK_QUESTION_DEADLINE_SECONDS": "600"}
+    assert run_django(code, set_to, tmp_path).stdout.strip() == "600"
 
 
 def test_it_generates_the_secret_key_once_readable_only_by_the_owner(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 
 from elicitations import transitions
@@ -130,3 +131,16 @@ def test_forms_keep_the_order_the_tool_wrote_the_properties_in(ask) -> None:
         reversed(request.requested_schema["properties"].items())
     )
     assert list(request.form_schema["properties"]) == written
+
+
+# --- the default deadline ---------------------------------------------------------------------
+
+
+def test_a_question_without_a_deadline_gets_the_default_one(task, ask, settings) -> None:
+    settings.TASKDESK_QUESTION_DEADLINE_SECONDS = 3600
+    with time_machine.travel("2026-11-29 10:00:00Z", tick=False):
+        request = ask(deadline=None)
+
+    assert request.deadline == datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
+    event = TaskEvent.objects.get(task=task, kind="input_requested")
+    assert event.detail["deadline"] == "2026-11-29T11:00:00+00:00"

@@ -27,7 +27,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from elicitations import schemas
+from elicitations import routing, schemas
 from elicitations.models import (
     Audience,
     Channel,
@@ -154,9 +154,11 @@ def open_request(
     """Record a pending question of TASK and write an ``input_requested`` event.
 
     Without a DEADLINE the question gets the default one (``TASKDESK_QUESTION_DEADLINE_SECONDS``).
-    Raise UnsupportedSchema (naming the property and the rule) for a schema outside MCP's
-    form subset, or an inconsistent question; raise TaskClosed if the task has ended. The
-    caller moves the task to input_required (``tasks_app.transitions.require_input``).
+    A question the task's client cannot answer (``routing``) goes to the operators when
+    AUDIENCE lets them answer it; otherwise MissingClientCapability is raised and nothing is
+    recorded. Raise UnsupportedSchema (naming the property and the rule) for a schema outside
+    MCP's form subset, or an inconsistent question; raise TaskClosed if the task has ended.
+    The caller moves the task to input_required (``tasks_app.transitions.require_input``).
     """
     checked = _check_question(
         mode=mode,
@@ -170,6 +172,9 @@ def open_request(
     locked = Task.objects.select_for_update().get(pk=task.pk)
     if locked.is_terminal:
         raise TaskClosed(f"task {task.pk} is {locked.status}; it cannot ask {ask_key!r}")
+    to = routing.route(
+        ask_key=ask_key, mode=mode, audience=audience, client_answers=locked.client_answers
+    )
     request = InputRequest.objects.create(
         task=locked,
         key=mint_key(locked),
@@ -179,7 +184,7 @@ def open_request(
         requested_schema=checked,
         property_order=list((checked or {}).get("properties", {})),
         url=url,
-        audience=audience,
+        audience=to.audience,
         deadline=when,
         on_timeout=on_timeout,
         default_answer=default if on_timeout == OnTimeout.DEFAULT else None,
@@ -191,9 +196,11 @@ def open_request(
         key=request.key,
         ask_key=ask_key,
         mode=mode,
-        audience=audience,
+        audience=to.audience,
         deadline=when.isoformat(),
         on_timeout=on_timeout,
+        # The client cannot answer, so the question waits for an operator (the tool allowed both).
+        **({"asked_audience": audience, "client_cannot_answer": to.why} if to.why else {}),
     )
     return request
 

@@ -496,6 +496,11 @@ TASKDESK_STRICT_ROUTING_HEADERS = env_bool("TASKDESK_STRICT_ROUTING_HEADERS", Fa
 TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, minimum=1)
 TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)
 TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)
+# The deadline of a question whose tool gives none (elicitations/transitions.py): past it the
+# question is on the dashboard's attention list until the deadline job applies its on-timeout.
+TASKDESK_QUESTION_DEADLINE_SECONDS = env_int(
+    "TASKDESK_QUESTION_DEADLINE_SECONDS", 24 * 3600, minimum=1
+)
 TASKDESK_LEASE_SECONDS = env_int("TASKDESK_LEASE_SECONDS", 30, minimum=1)
 # After each leg a worker process runs waiting tasks straight from the database for up to
 # this long before it takes its next message (0: one leg per message).

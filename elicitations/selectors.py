@@ -89,10 +89,13 @@ def input_requests_of_task(*, task_id: str) -> QuerySet[InputRequest]:
 
 def overdue_task_ids(*, now: datetime | None = None) -> list[str]:
     """Tasks with a pending question past its deadline (the dashboard's attention list; the
-    caller limits them to the tasks the operator may see). Served by the pending index."""
+    caller limits them to the tasks the operator may see). Served by the pending index.
+
+    "Past" as the deadline job counts it (``transitions.expire_overdue``): a question is
+    listed from its deadline on until the job has applied its on-timeout policy."""
     now = now or timezone.now()
     return list(
-        InputRequest.objects.filter(status=RequestStatus.PENDING, deadline__lt=now)
+        InputRequest.objects.filter(status=RequestStatus.PENDING, deadline__lte=now)
         .order_by()
         .values_list("task_id", flat=True)
         .distinct()

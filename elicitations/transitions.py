@@ -22,11 +22,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from elicitations import schemas
+from elicitations import routing, schemas
 from elicitations.models import (
     Audience,
     Channel,
@@ -124,10 +125,14 @@ def _check_question(
     return schema
 
 
-def _aware(deadline: datetime | timedelta | None) -> datetime | None:
+def _aware(deadline: datetime | timedelta | None) -> datetime:
+    """The question's deadline: DEADLINE, or ``TASKDESK_QUESTION_DEADLINE_SECONDS`` from now
+    when the tool gives none (no question waits forever)."""
+    if deadline is None:
+        deadline = timedelta(seconds=settings.TASKDESK_QUESTION_DEADLINE_SECONDS)
     if isinstance(deadline, timedelta):
         return timezone.now() + deadline
-    if deadline is not None and timezone.is_naive(deadline):
+    if timezone.is_naive(deadline):
         raise UnsupportedSchema("deadline must be a timezone-aware datetime or a timedelta")
     return deadline
 
@@ -148,9 +153,12 @@ def open_request(
 ) -> InputRequest:
     """Record a pending question of TASK and write an ``input_requested`` event.
 
-    Raise UnsupportedSchema (naming the property and the rule) for a schema outside MCP's
-    form subset, or an inconsistent question; raise TaskClosed if the task has ended. The
-    caller moves the task to input_required (``tasks_app.transitions.require_input``).
+    Without a DEADLINE the question gets the default one (``TASKDESK_QUESTION_DEADLINE_SECONDS``).
+    A question the task's client cannot answer (``routing``) goes to the operators when
+    AUDIENCE lets them answer it; otherwise MissingClientCapability is raised and nothing is
+    recorded. Raise UnsupportedSchema (naming the property and the rule) for a schema outside
+    MCP's form subset, or an inconsistent question; raise TaskClosed if the task has ended.
+    The caller moves the task to input_required (``tasks_app.transitions.require_input``).
     """
     checked = _check_question(
         mode=mode,
@@ -164,6 +172,9 @@ def open_request(
     locked = Task.objects.select_for_update().get(pk=task.pk)
     if locked.is_terminal:
         raise TaskClosed(f"task {task.pk} is {locked.status}; it cannot ask {ask_key!r}")
+    to = routing.route(
+        ask_key=ask_key, mode=mode, audience=audience, client_answers=locked.client_answers
+    )
     request = InputRequest.objects.create(
         task=locked,
         key=mint_key(locked),
@@ -173,7 +184,7 @@ def open_request(
         requested_schema=checked,
         property_order=list((checked or {}).get("properties", {})),
         url=url,
-        audience=audience,
+        audience=to.audience,
         deadline=when,
         on_timeout=on_timeout,
         default_answer=default if on_timeout == OnTimeout.DEFAULT else None,
@@ -185,9 +196,11 @@ def open_request(
         key=request.key,
         ask_key=ask_key,
         mode=mode,
-        audience=audience,
-        deadline=when.isoformat() if when else None,
+        audience=to.audience,
+        deadline=when.isoformat(),
         on_timeout=on_timeout,
+        # The client cannot answer, so the question waits for an operator (the tool allowed both).
+        **({"asked_audience": audience, "client_cannot_answer": to.why} if to.why else {}),
     )
     return request
 

@@ -153,9 +153,11 @@ def accept(
     era: str,
     key: IdempotencyKey | None = None,
     journal: list[dict[str, Any]] | None = None,
+    client_answers: str | None = None,
 ) -> Receipt:
     """Create CLIENT's task for a call of TOOL, or return the task an earlier call with the
-    same idempotency KEY created.
+    same idempotency KEY created. CLIENT_ANSWERS is how the calling client can answer the
+    task's questions (``Task.client_answers``; None: not known).
 
     The task row, its ``accepted`` event and its dispatch record (plus JOURNAL, the answers
     collected in synchronous rounds before escalation) are committed before this returns.
@@ -164,7 +166,7 @@ def accept(
     written then.
     """
     with tracing.span("accept", tool=tool.name):
-        return _accept(client, tool, arguments, era, key, journal)
+        return _accept(client, tool, arguments, era, key, journal, client_answers)
 
 
 def _accept(
@@ -174,6 +176,7 @@ def _accept(
     era: str,
     key: IdempotencyKey | None,
     journal: list[dict[str, Any]] | None,
+    client_answers: str | None,
 ) -> Receipt:
     if key is None and tool.requires_idempotency_key:
         raise IdempotencyKeyRequired(
@@ -186,7 +189,8 @@ def _accept(
     limit = settings.TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT
     if limit and _at_active_limit(client, limit) and not _key_used(client, value):
         raise ActiveTaskLimit(limit)
-    task = new_task(client, tool, normalized, fingerprint(tool, normalized), value, era)
+    fp = fingerprint(tool, normalized)
+    task = new_task(client, tool, normalized, fp, value, era, client_answers=client_answers)
     # The dispatch record written here keeps this span's context for the task's first leg.
     with tracing.span("dispatch", tool=tool.name):
         stored = sql.hot_path().insert_or_get(
@@ -261,6 +265,8 @@ def new_task(
     fp: str,
     key: str | None,
     era: str,
+    *,
+    client_answers: str | None = None,
 ) -> Task:
     """The unsaved task row of an accepted call."""
     ttl_ms = _ms(tool.ttl) if tool.ttl is not None else settings.TASKDESK_TASK_TTL_SECONDS * 1000
@@ -279,6 +285,7 @@ def new_task(
         idempotency_key=key,
         status=Status.WORKING,
         era=era,
+        client_answers=client_answers,
         ttl_ms=ttl_ms,
         poll_interval_ms=poll_ms,
         created_at=now,

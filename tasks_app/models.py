@@ -74,6 +74,13 @@ class Era(models.TextChoices):
     INTERNAL = "internal"
 
 
+# The MCP tasks extension (SEP-2663): its identifier and capability key.
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+# In ``Task.client_answers``: a 2026-07-28 call that did not declare the tasks extension.
+# Whatever elicitation it declared, the client has no ``tasks/update`` to answer with.
+NO_TASKS = "no-tasks"
+
+
 class Task(models.Model):
     id = models.CharField(primary_key=True, max_length=64, default=new_task_id, editable=False)
     # Indexed by task_client_recent (client first), which also serves the foreign key.
@@ -90,6 +97,12 @@ class Task(models.Model):
     result = models.JSONField(null=True, blank=True)
     error = models.JSONField(null=True, blank=True)
     era = models.CharField(max_length=16, choices=Era.choices, default=Era.MODERN)
+    # How the calling client can answer the task's questions, as its call declared it: the
+    # elicitation modes ("form", "url") and NO_TASKS, space-separated ("" for none). Read
+    # when a question is opened (``elicitations.routing``). NULL: not recorded (a task
+    # accepted before this column existed, or made outside an MCP call): the client is taken
+    # to answer every mode, as before.
+    client_answers = models.CharField(max_length=20, null=True, blank=True)  # noqa: DJ001
     ttl_ms = models.BigIntegerField(null=True, blank=True)
     poll_interval_ms = models.IntegerField(default=1000)
     # Runtime bookkeeping: the current leg's lease, and how many legs have started.

@@ -13,7 +13,14 @@ import time
 from collections import Counter
 from typing import Any
 
-from tasks_app.tools import ProtocolError, Retry, ToolContext, ToolError, Toolset
+from tasks_app.tools import (
+    MissingClientCapability,
+    ProtocolError,
+    Retry,
+    ToolContext,
+    ToolError,
+    Toolset,
+)
 
 tools = Toolset("runtime_tests")
 
@@ -21,6 +28,8 @@ tools = Toolset("runtime_tests")
 RUNTIME_TOOLSETS = ["demo", "conformance", "tests.runtime_toolset"]
 
 RUNS: Counter[str] = Counter()
+OK_FORM = {"type": "object", "properties": {"ok": {"type": "boolean"}}}
+CONSENT_URL = "https://example.com/consent"
 # Set by a test to make the next effect body "crash" (as if the worker died inside it).
 CRASH_IN_EFFECT: set[str] = set()
 
@@ -85,6 +94,26 @@ def asks_operator(ctx: ToolContext) -> str:
         audience="operator",
     )
     return f"{answer.action} {answer.content}"
+
+
+@tools.tool(task="required")
+def asks_anyone(ctx: ToolContext, mode: str = "form") -> str:
+    """One question the client or an operator may answer (URL mode when MODE is "url")."""
+    if mode == "url":
+        answer = ctx.ask("consent", message="Open the page?", url=CONSENT_URL, audience="any")
+    else:
+        answer = ctx.ask("ok", message="Let it through?", schema=OK_FORM, audience="any")
+    return f"{answer.action} {answer.content}"
+
+
+@tools.tool(task="required")
+def asks_or_goes_on(ctx: ToolContext) -> str:
+    """Asks the client, and goes on without an answer when the client cannot give one."""
+    try:
+        answer = ctx.ask("ok", message="Go on?", schema=OK_FORM)
+    except MissingClientCapability as exc:
+        return f"went on without an answer (needs {exc.required})"
+    return answer.action
 
 
 @tools.tool(task="required")

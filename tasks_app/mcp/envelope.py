@@ -10,7 +10,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from tasks_app.mcp.errors import TASKS_EXTENSION, InvalidParams
+from tasks_app.mcp.errors import InvalidParams
+from tasks_app.models import TASKS_EXTENSION
 
 PROTOCOL_VERSION = "io.modelcontextprotocol/protocolVersion"
 CLIENT_INFO = "io.modelcontextprotocol/clientInfo"

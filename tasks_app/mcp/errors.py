@@ -14,9 +14,8 @@ import logging
 import math
 from typing import Any
 
+from tasks_app.models import TASKS_EXTENSION
 from tasks_app.tools.results import new_reference
-
-TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 
 
 class McpError(Exception):

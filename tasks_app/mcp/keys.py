@@ -110,13 +110,20 @@ def accept(
     header_key: str | None,
     meta_key: object | None,
     journal: list[dict[str, Any]] | None = None,
+    client_answers: str | None = None,
 ) -> acceptance.Receipt:
     """Accept a ``tools/call`` whose key came in its wire carriers: resolve the key, then
     ``acceptance.accept``; a refused keyless call says how to send a key."""
     key = resolve_key(tool=tool, arguments=arguments, header_key=header_key, meta_key=meta_key)
     try:
         return acceptance.accept(
-            client=client, tool=tool, arguments=arguments, era=era, key=key, journal=journal
+            client=client,
+            tool=tool,
+            arguments=arguments,
+            era=era,
+            key=key,
+            journal=journal,
+            client_answers=client_answers,
         )
     except IdempotencyKeyRequired as exc:
         raise IdempotencyKeyRequired(required_message(tool), exc.data) from None

@@ -5,8 +5,8 @@ the function with ``NeedInput``, and the endpoint answers ``input_required`` lis
 question of that ``ask_many`` (or ``request_inputs``) call at once. The retry runs the
 function again from the top with the answers of all rounds, so code between questions must
 be deterministic, exactly as inside a task. Only input kinds the request's own capabilities
-declare are asked for; anything else raises ``ProtocolError`` -32021, which a tool may catch
-to fall back to another kind of question.
+declare are asked for; anything else raises ``MissingClientCapability`` (a ``ProtocolError``,
+-32021), which a tool may catch to fall back to another kind of question.
 
 Progress and log lines become ``notifications/progress`` and ``notifications/message`` on
 the response stream (when the request sent a progress token or a log level).
@@ -34,7 +34,7 @@ from tasks_app.tools import (
     Answer,
     Cancelled,
     EffectHandle,
-    ProtocolError,
+    MissingClientCapability,
     Question,
     Retry,
     ToolError,
@@ -68,7 +68,7 @@ class TimeUp(Exception):
         self.seconds = seconds
 
 
-def missing_capability(method: str, mode: str | None = None) -> ProtocolError:
+def missing_capability(method: str, mode: str | None = None) -> MissingClientCapability:
     if method == "elicitation/create":
         required: dict[str, Any] = {"elicitation": {mode or "form": {}}}
         what = f"{mode or 'form'}-mode elicitation"
@@ -76,10 +76,9 @@ def missing_capability(method: str, mode: str | None = None) -> ProtocolError:
         required, what = {"sampling": {}}, "sampling"
     else:
         required, what = {"roots": {}}, "roots"
-    return ProtocolError(
+    return MissingClientCapability(
         f"This call needs {what}, which this request's clientCapabilities do not declare",
-        code=-32021,
-        data={"requiredCapabilities": required},
+        required=required,
     )
 
 

@@ -12,7 +12,10 @@ test database. It adds what a test needs around that:
 - **a kill at any journaled call**: ``kill=Kill("charge", moment="after")`` ends the leg there
   as a dead worker would (nothing more is recorded; the lease runs out), and the next leg
   replays the journal, so a test shows what the replay does;
-- **an effects record**: ``run.effects`` lists the ledger's rows (name, state, key, detail).
+- **an effects record**: ``run.effects`` lists the ledger's rows (name, state, key, detail);
+- **a client that cannot answer**: ``elicitation=()`` (or ``("url",)``) runs the task as for a
+  client that declared no elicitation (or only URL mode), whose questions go to the inbox or
+  fail the task (``elicitations.routing``).
 
 With pytest, the ``taskdesk`` fixture (``tasks_app.pytest_plugin``, loaded by the
 ``pytest11`` entry point of the taskdesk package) gives a ``ToolRunner`` on pytest-django's
@@ -236,12 +239,18 @@ class ToolRunner:
         answers: Mapping[str, Mapping[str, Any] | Answer] | None = None,
         kill: Kill | Sequence[Kill] | None = None,
         max_legs: int = 50,
+        elicitation: Sequence[str] | None = None,
     ) -> TaskRun:
         """Submit TOOL with ARGUMENTS and run legs until the task ends or waits for something
-        the script does not provide (an unscripted question, an operator's reconciliation)."""
+        the script does not provide (an unscripted question, an operator's reconciliation).
+        ELICITATION: the elicitation modes the calling client declared (``()``: none); by
+        default a client that answers every mode."""
         spec = self._spec(tool)
         with serving(_alone(spec)):
             task = submit(self.client, spec.name, **dict(arguments or {}))
+        if elicitation is not None:
+            task.client_answers = " ".join(elicitation)
+            task.save(update_fields=["client_answers"])
         return self.resume(TaskRun(task, spec), answers=answers, kill=kill, max_legs=max_legs)
 
     def resume(

@@ -105,6 +105,17 @@ class ProtocolError(Exception):
         self.data = data
 
 
+class MissingClientCapability(ProtocolError):
+    """The client did not declare a capability the call needs (JSON-RPC -32021, with
+    ``data.requiredCapabilities``): a question it cannot answer and no operator may answer
+    for it, or an input kind a synchronous call's request does not declare. Uncaught, it ends
+    the call (a task: ``failed``); a tool may catch it to do without the answer."""
+
+    def __init__(self, message: str, *, required: dict[str, Any], **data: Any) -> None:
+        super().__init__(message, code=-32021, data={"requiredCapabilities": required, **data})
+        self.required = required
+
+
 class Cancelled(Exception):
     """Raised at a checkpoint once cancellation of the task was requested."""
 

@@ -58,6 +58,11 @@ def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.Com
         ),
         ("TASKDESK_MAX_STREAMS", "0", "TASKDESK_MAX_STREAMS must be at least 1"),
         (
+            "TASKDESK_QUESTION_DEADLINE_SECONDS",
+            "0",
+            "TASKDESK_QUESTION_DEADLINE_SECONDS must be at least 1",
+        ),
+        (
             "TASKDESK_DEMO_EXPORT_SECONDS",
             "nan",
             "TASKDESK_DEMO_EXPORT_SECONDS must be a finite number",
@@ -137,6 +142,13 @@ def test_strict_routing_headers_is_off_unless_set(tmp_path, value, expected) -> 
     result = run_django(code, {"TASKDESK_STRICT_ROUTING_HEADERS": value}, tmp_path)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == expected
+
+
+def test_a_question_waits_a_day_by_default(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    code = "from django.conf import settings as s; print(s.TASKDESK_QUESTION_DEADLINE_SECONDS)"
+    assert run_django(code, {}, tmp_path).stdout.strip() == str(24 * 3600)
+    set_to = {"TASKDESK_QUESTION_DEADLINE_SECONDS": "600"}
+    assert run_django(code, set_to, tmp_path).stdout.strip() == "600"
 
 
 def test_it_generates_the_secret_key_once_readable_only_by_the_owner(tmp_path) -> None:  # type: ignore[no-untyped-def]

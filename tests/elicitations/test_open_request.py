@@ -5,6 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+import time_machine
 from django.utils import timezone
 
 from elicitations import transitions
@@ -130,3 +131,62 @@ def test_forms_keep_the_order_the_tool_wrote_the_properties_in(ask) -> None:
         reversed(request.requested_schema["properties"].items())
     )
     assert list(request.form_schema["properties"]) == written
+
+
+# --- the default deadline ---------------------------------------------------------------------
+
+
+def test_a_question_without_a_deadline_gets_the_default_one(task, ask, settings) -> None:
+    settings.TASKDESK_QUESTION_DEADLINE_SECONDS = 3600
+    with time_machine.travel("2026-11-29 10:00:00Z", tick=False):
+        request = ask(deadline=None)
+
+    assert request.deadline == datetime(2026, 11, 29, 11, 0, tzinfo=UTC)
+    event = TaskEvent.objects.get(task=task, kind="input_requested")
+    assert event.detail["deadline"] == "2026-11-29T11:00:00+00:00"
+
+
+# --- a client that cannot answer ----------------------------------------------------------------
+
+
+def _client_declared(task, client_answers: str | None) -> None:  # type: ignore[no-untyped-def]
+    type(task).objects.filter(pk=task.pk).update(client_answers=client_answers)
+
+
+def test_a_question_the_client_cannot_answer_goes_to_the_operators_when_they_may(
+    task, ask, operator
+) -> None:
+    from elicitations import selectors
+
+    _client_declared(task, "")
+
+    request = ask(audience="any")
+
+    assert request.audience == "operator"
+    assert list(selectors.inbox_for(user=operator)) == [request]
+    event = TaskEvent.objects.get(task=task, kind="input_requested")
+    assert event.detail["audience"] == "operator"
+    assert event.detail["asked_audience"] == "any"
+    assert event.detail["client_cannot_answer"] == (
+        "the client declared no elicitation capability (form mode)"
+    )
+
+
+def test_a_question_only_the_client_may_answer_is_not_asked(task, ask) -> None:
+    from tasks_app.tools import MissingClientCapability
+
+    _client_declared(task, "url")
+
+    with pytest.raises(MissingClientCapability, match="declared elicitation without form mode"):
+        ask(audience="client")
+
+    assert not InputRequest.objects.exists()
+    assert not TaskEvent.objects.filter(task=task).exists()
+
+
+def test_a_client_that_declared_the_mode_is_asked_as_the_tool_says(task, ask) -> None:
+    _client_declared(task, "form")
+
+    assert ask(audience="any").audience == "any"
+    assert ask(audience="client", ask_key="c").audience == "client"
+    assert "client_cannot_answer" not in TaskEvent.objects.filter(kind="input_requested")[0].detail

@@ -445,8 +445,9 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
 
 
 def mcp(stack: Any, method: str, params: dict[str, Any], *, token: str, **headers: str) -> Any:
-    """One 2026-07-28 request to the live /mcp endpoint; return its result."""
-    body = request(method, params, tasks=True)
+    """One 2026-07-28 request to the live /mcp endpoint, from a client that answers forms;
+    return its result."""
+    body = request(method, params, tasks=True, elicitation={})
     return result_of(stack.post(body, token=token, headers={**headers_for(body), **headers}))
 
 

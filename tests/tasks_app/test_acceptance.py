@@ -96,6 +96,19 @@ def test_the_receipt_is_the_row_as_stored(alice) -> None:
         assert getattr(receipt.task, field.attname) == getattr(stored, field.attname), field.name
 
 
+@pytest.mark.parametrize(
+    "journal",
+    # Both ways of committing on PostgreSQL: the one statement, and the transaction that an
+    # escalated call's journal takes (SQLite takes the transaction for both).
+    [None, [{"seq": 0, "kind": "ask", "name": "confirm", "outcome": {"action": "accept"}}]],
+)
+def test_it_stores_how_the_client_can_answer_questions(alice, journal) -> None:
+    for i, answers in enumerate(["form url", "", "form no-tasks", None]):
+        receipt = accept(alice, header_key=f"k-{i}", journal=journal, client_answers=answers)
+        assert Task.objects.get(pk=receipt.task.pk).client_answers == answers
+        assert receipt.task.client_answers == answers
+
+
 def test_it_takes_ttl_and_poll_interval_from_the_tool(alice) -> None:
     task = accept(alice, ECHO, {"text": "hi"}).task
     assert task.ttl_ms == 3_600_000

@@ -118,6 +118,13 @@ def test_a_killed_async_effect_is_verified_by_its_async_hook(taskdesk: ToolRunne
     assert "effect_unknown" in run.events
 
 
+def test_an_async_question_the_client_cannot_answer_fails_the_task(taskdesk: ToolRunner) -> None:
+    run = taskdesk.run(book, {"room": "green"}, elicitation=())
+    assert run.status == "failed" and run.error is not None
+    assert run.error["code"] == -32021
+    assert run.journal == [("step", "count"), ("step", "quote")] and run.effects == []
+
+
 def test_a_cancellation_stops_an_async_tool_at_its_next_checkpoint(taskdesk: ToolRunner) -> None:
     run = taskdesk.run(spin, {"cancel_at": 3})
     assert run.status == "cancelled" and run.legs == [LegOutcome.CANCELLED]

@@ -139,6 +139,16 @@ def test_an_operator_question_is_answered_in_the_inbox(taskdesk: ToolRunner) -> 
     assert run.task.input_requests.get().answered_by_user == taskdesk.operator()
 
 
+def test_a_client_without_elicitation_is_not_asked(taskdesk: ToolRunner) -> None:
+    run = taskdesk.run(order, {"item": "lamp"}, elicitation=())
+    assert run.status == "failed" and run.error is not None
+    assert run.error["code"] == -32021
+    assert "the client declared no elicitation capability (form mode)" in run.error["message"]
+    assert run.effects == []
+    answered = taskdesk.run(order, {"item": "lamp"}, elicitation=["form"], answers={"ok": {}})
+    assert answered.structured == {"bought": False}
+
+
 def test_a_cancelled_run_ends_cancelled(taskdesk: ToolRunner) -> None:
     run = taskdesk.run(order, {"item": "lamp"})
     taskdesk.cancel(run)

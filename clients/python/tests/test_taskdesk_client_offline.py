@@ -114,3 +114,53 @@ def test_a_bad_argument_is_refused_before_anything_is_journaled(tmp_path: Path, 
     assert main(["call", "t", "--arg", "oops", "--url", URL, "--journal", str(journal)]) == 2
     assert "write it as name=value" in capsys.readouterr().err
     assert Journal(journal).entries() == []
+
+
+def _offline_client(tmp_path: Path, answer: dict, **options):  # type: ignore[no-untyped-def]
+    """A Client whose server answers every request with ANSWER; the requests it sent."""
+    import json
+
+    import httpx
+    from taskdesk_client import Client
+
+    sent: list[dict] = []
+
+    def server(request: httpx.Request) -> httpx.Response:
+        sent.append(json.loads(request.content))
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": sent[-1]["id"], "result": answer})
+
+    http = httpx.Client(transport=httpx.MockTransport(server))
+    client = Client(URL, token="t", journal=tmp_path / "j.sqlite3", http=http, **options)
+    return client, sent
+
+
+def test_it_declares_the_elicitation_modes_its_caller_answers(tmp_path: Path) -> None:
+    receipt = {"resultType": "task", "taskId": "t-1", "status": "working"}
+    caps = "io.modelcontextprotocol/clientCapabilities"
+    tasks = {"io.modelcontextprotocol/tasks": {}}
+
+    client, sent = _offline_client(tmp_path, receipt)
+    client.submit("confirm_action", {"action": "deploy"})
+    assert sent[-1]["params"]["_meta"][caps] == {
+        "extensions": tasks,
+        "elicitation": {"form": {}, "url": {}},
+    }
+
+    script, sent = _offline_client(tmp_path, receipt, elicitation=())
+    script.submit("confirm_action", {"action": "deploy"})
+    assert sent[-1]["params"]["_meta"][caps] == {"extensions": tasks}
+
+
+def test_a_call_that_asks_before_it_starts_is_journaled_as_refused(tmp_path: Path) -> None:
+    from taskdesk_client import Refused
+
+    asks = {"resultType": "input_required", "inputRequests": {"q": {}}, "requestState": "s"}
+    client, sent = _offline_client(tmp_path, asks)
+
+    with pytest.raises(Refused, match="asks for input before it starts"):
+        client.submit("sync_confirm", {}, key="k1")
+
+    assert client.resume() == []  # settled: not sent again
+    with pytest.raises(Refused):
+        client.submit("sync_confirm", {}, key="k1")
+    assert len(sent) == 1

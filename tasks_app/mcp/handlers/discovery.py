@@ -8,10 +8,11 @@ from typing import Any
 
 from tasks_app.mcp import catalog
 from tasks_app.mcp.envelope import SERVER_INFO
-from tasks_app.mcp.errors import TASKS_EXTENSION, InvalidParams
+from tasks_app.mcp.errors import InvalidParams
 from tasks_app.mcp.methods import methods
 from tasks_app.mcp.params import CompletionParams, ListParams
 from tasks_app.mcp.registry import Call
+from tasks_app.models import TASKS_EXTENSION
 
 SUPPORTED_VERSIONS = ["2026-07-28"]
 # Lists change only when the server is redeployed with other toolsets; they are the same for

@@ -44,7 +44,7 @@ from tasks_app.mcp.params import ToolsCallParams
 from tasks_app.mcp.registry import Call
 from tasks_app.mcp.streaming import Streamed
 from tasks_app.mcp.sync import Escalate, NeedInput, SyncContext, TimeUp
-from tasks_app.models import Era, Status, Task
+from tasks_app.models import NO_TASKS, Era, Status, Task
 from tasks_app.tools import Cancelled, InvalidArguments, ProtocolError, ToolError, ToolSpec
 from tasks_app.tools.results import (
     error_result,
@@ -122,6 +122,7 @@ def accept(
             header_key=call.header(keys.HEADER),
             meta_key=call.envelope.meta.get(keys.META_KEY),
             journal=journal,
+            client_answers=client_answers(call),
         )
     except acceptance.ActiveTaskLimit as exc:
         raise limits.over_limit(
@@ -136,6 +137,16 @@ def accept(
         raise InvalidParams(str(exc)) from None
     logcontext.update(task_id=receipt.task.pk)
     return receipt
+
+
+def client_answers(call: Call) -> str:
+    """How the calling client can answer the task's questions (``Task.client_answers``): the
+    elicitation modes its request (2026) or its session's ``initialize`` (2025) declared,
+    and NO_TASKS for a 2026 call without the tasks extension (no ``tasks/update``)."""
+    ways = [mode for mode in ("form", "url") if call.envelope.declares("elicitation/create", mode)]
+    if call.era == Era.MODERN and not call.envelope.declares_tasks:
+        ways.append(NO_TASKS)
+    return " ".join(ways)
 
 
 def _run_here(

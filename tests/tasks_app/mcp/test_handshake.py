@@ -446,9 +446,11 @@ def test_a_client_without_elicitation_is_not_asked(mcp, settings) -> None:  # ty
     import threading
 
     settings.TASKDESK_KEEPALIVE_SECONDS = 0.2
-    session = Session(mcp, capabilities={})
-    task_id = create(session)["taskId"]
+    # Accepted in a session that declared elicitation, so the question is the client's; its
+    # result is asked for in one that did not.
+    task_id = create(Session(mcp, capabilities={"elicitation": {}}))["taskId"]
     open_question(task_id)
+    session = Session(mcp, capabilities={})
     done = {"content": [{"type": "text", "text": "ok"}]}
     timer = threading.Timer(1.0, lambda: transitions.complete(task_id=task_id, result=done))
     timer.start()

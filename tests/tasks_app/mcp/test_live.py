@@ -52,7 +52,8 @@ def test_tasks_run_to_their_outcome_through_the_worker(live, alice_token) -> Non
     assert failed["status"] == "failed" and "result" not in failed
     assert failed["error"]["code"] == -32603
 
-    multi = wire.result("tools/call", {"name": "multi_input", "arguments": {}}, tasks=True)
+    call = {"name": "multi_input", "arguments": {}}
+    multi = wire.result("tools/call", call, tasks=True, elicitation={})  # it answers forms
     asked = wire.wait(multi["taskId"], ("input_required",))
     first, second = asked["inputRequests"]
     answer = {"action": "accept", "content": {"name": "one"}}

@@ -118,7 +118,9 @@ def test_cancel_acks_and_is_idempotent(mcp) -> None:  # type: ignore[no-untyped-
 
 
 def test_input_requests_are_listed_and_answered(mcp) -> None:  # type: ignore[no-untyped-def]
-    task_id = create(mcp, "confirm_delete", {"filename": "a.txt"})["taskId"]
+    params = {"name": "confirm_delete", "arguments": {"filename": "a.txt"}}
+    body = request("tools/call", params, tasks=True, elicitation={})  # the client can answer
+    task_id = result_of(mcp.post(body))["taskId"]
     first = ask(task_id, "first")
     second = ask(task_id, "second")
     ask(task_id, "approval", audience="operator")

@@ -18,7 +18,7 @@ import json
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -141,7 +141,11 @@ class Resumed:
 
 class Client:
     """A Taskdesk MCP endpoint (``http://host:8000/mcp``), a bearer token and a journal path
-    (default: ``journal.sqlite3`` in the user's data directory)."""
+    (default: ``journal.sqlite3`` in the user's data directory).
+
+    ELICITATION: the elicitation modes whose questions the caller answers (``Handle.answer``),
+    declared in every request; a task's questions of other modes go to the operators' inbox
+    or fail the task at once. ``()`` for a caller that never answers."""
 
     def __init__(
         self,
@@ -154,8 +158,10 @@ class Client:
         client_name: str = "taskdesk-client",
         http: httpx.Client | None = None,
         sleep: Callable[[float], None] = time.sleep,
+        elicitation: Sequence[str] = ("form", "url"),
     ) -> None:
         self.url = url
+        self.elicitation = tuple(elicitation)
         self.token = token
         self.journal = journal if isinstance(journal, Journal) else Journal(journal)
         self.backoff = backoff or Backoff()
@@ -239,11 +245,14 @@ class Client:
                 self.journal.settle(key=entry.key, url=self.url, error=exc.as_dict())
             raise
         if result.get("resultType") == "input_required":
-            raise TaskdeskError(
+            # Sent again, it would ask again: journaled as a refusal, so resume skips it.
+            refused = Refused(
                 f"{entry.tool} asks for input before it starts, which this client does not "
                 "provide; the call was not accepted.",
                 data=result.get("inputRequests"),
             )
+            self.journal.settle(key=entry.key, url=self.url, error=refused.as_dict())
+            raise refused
         self.journal.settle(key=entry.key, url=self.url, receipt=result)
         return Handle(self, entry.key, entry.tool, entry.arguments, result)
 
@@ -253,8 +262,14 @@ class Client:
         return {
             "io.modelcontextprotocol/protocolVersion": VERSION,
             "io.modelcontextprotocol/clientInfo": {"name": self.client_name, "version": "0.1.0"},
-            "io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS: {}}},
+            "io.modelcontextprotocol/clientCapabilities": self.capabilities(),
         }
+
+    def capabilities(self) -> dict[str, Any]:
+        capabilities: dict[str, Any] = {"extensions": {TASKS: {}}}
+        if self.elicitation:
+            capabilities["elicitation"] = {mode: {} for mode in self.elicitation}
+        return capabilities
 
     def request(
         self,

@@ -232,7 +232,8 @@ def test_fastmcp_client_follows_answers_and_cancels_tasks_on_2026(  # type: igno
         task = ledger.made_one()
         assert (task.idempotency_key, task.status) == ("fastmcp-export-q3", "completed")
         assert result["structuredContent"]["rows"] == 5
-        assert Path(result["structuredContent"]["path"]).exists()
+        # The result names the file in the server's export folder, not a server path.
+        assert result["structuredContent"]["file"] == f"{task.pk}.csv"
         ledger.made_none()
 
 
@@ -382,7 +383,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
     task = ledger.made_one()
     assert (task.idempotency_key, task.status) == (key, "completed")
     assert result["structuredContent"]["rows"] == 7
-    assert Path(result["structuredContent"]["path"]).name.startswith(task.pk)
+    assert result["structuredContent"]["file"] == f"{task.pk}.csv"
 
     # The key in an argument of the tool's own (request_key).
     arguments = {"payment_id": f"p-{era}", "amount_cents": 500, "reason": "interop"}
@@ -418,7 +419,7 @@ def test_the_inspector_cli_lists_and_calls_each_demo_tool(  # type: ignore[no-un
         operator,
         ledger,
         "refund_payment",
-        {"approve": True},
+        {"decision": "approve"},
     )
     assert how == "inbox", f"exit {code}, stdout {out!r}, stderr {err!r}"
     assert code == 0, f"{out}\n{err}"

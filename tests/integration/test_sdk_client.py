@@ -124,9 +124,21 @@ def confirm_everything(request: dict[str, Any]) -> dict[str, Any]:
     return {"action": "accept", "content": {"confirm": True}}
 
 
+async def in_tasks_get_only(
+    context: Any, params: mcp_types.ElicitRequestParams
+) -> mcp_types.ElicitResult:
+    raise AssertionError("a task's question comes in tasks/get, not as elicitation/create")
+
+
 def connect(url: str, token: str, tasks: Tasks) -> Client:
+    """A client with the tasks extension that declares it answers questions (an elicitation
+    callback), which Tasks does with tasks/update."""
     http = create_mcp_http_client(headers={"Authorization": f"Bearer {token}"})
-    return Client(streamable_http_client(url, http_client=http), extensions=[tasks])
+    return Client(
+        streamable_http_client(url, http_client=http),
+        extensions=[tasks],
+        elicitation_callback=in_tasks_get_only,
+    )
 
 
 def text(result: mcp_types.CallToolResult) -> str:

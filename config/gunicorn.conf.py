@@ -17,15 +17,20 @@ bind = [f"{_host}:{_port}"]
 # the Celery worker, PostgreSQL and Redis want their share; more processes only cost memory
 # (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
 workers = int(os.environ.get("WEB_WORKERS") or max(2, multiprocessing.cpu_count()))
-# Threads keep a streaming (SSE) response from blocking a whole worker process.
-worker_class = "gthread"
+# Threads keep a streaming (SSE) response from blocking a whole worker process. The worker is
+# gthread's, but it reads each request in its poller and hands a thread only whole requests:
+# a client whose headers are not complete within TASKDESK_HEADER_TIMEOUT_SECONDS (10) is
+# dropped instead of holding a thread (config/web_worker.py).
+worker_class = "config.web_worker.HeaderTimeoutWorker"
 # Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
 # connections over them. On one shared socket the process that woke first took a client's
 # keep-alive connection for as long as it lasted: in 10 s runs of 16 connections the two
 # processes held 1 and 15, 2 and 14, 4 and 12, and the one holding most was bound to one core
 # (its GIL) while the other idled (docs/benchmarks.md).
 reuse_port = True
-threads = int(os.environ.get("WEB_THREADS") or 4)
+# Of these, TASKDESK_RESERVED_THREADS (2) are never taken by held work (streams, synchronous
+# runs, waits: tasks_app/mcp/limits.py), so quick requests always find one.
+threads = int(os.environ.get("WEB_THREADS") or 8)
 timeout = 120
 graceful_timeout = 10
 keepalive = 5

@@ -305,7 +305,11 @@ class HandshakeEra(eras.ProtocolEra):
             if last:
                 return self._resume(request, session, client, last)
             return session_streams.session_stream(
-                request, session, client, stream_slots.take(), session_envelope(session, {})
+                request,
+                session,
+                client,
+                stream_slots.take(client.pk),
+                session_envelope(session, {}),
             )
         except McpError as exc:
             return streaming.error_response(None, exc)
@@ -321,7 +325,11 @@ class HandshakeEra(eras.ProtocolEra):
         if handshake.task_of_client(client, task_id) is None:
             raise SessionNotFound(f"Last-Event-ID {last!r} names no stream of this client")
         streamed = handshake.result_stream(
-            session_envelope(session, {}), task_id, request_id, session_id=session.pk
+            session_envelope(session, {}),
+            task_id,
+            request_id,
+            session_id=session.pk,
+            client=client.pk,
         )
         log.info("resuming the tasks/result stream of task %s (request %r)", task_id, request_id)
         return streaming.respond(

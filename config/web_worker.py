@@ -109,31 +109,38 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
 
     def start_reading(self, conn: TConn) -> None:
         self.reading[conn] = (time.monotonic() + self.header_timeout, bytearray())
-        self.poller.register(conn.sock, selectors.EVENT_READ, partial(self.on_request_bytes, conn))
-        self.on_request_bytes(conn, conn.sock)  # often the whole request is already there
+        # Often the whole request is there already (a kept-alive connection was readable):
+        # then it goes to a thread without a round through the poller.
+        if not self.read_some(conn):
+            self.poller.register(
+                conn.sock, selectors.EVENT_READ, partial(self.on_request_bytes, conn)
+            )
 
     def on_request_bytes(self, conn: TConn, client: Any) -> None:
-        entry = self.reading.get(conn)
-        if entry is None:
-            return
-        _deadline, data = entry
+        if conn in self.reading and self.read_some(conn):
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(client)
+
+    def read_some(self, conn: TConn) -> bool:
+        """Read what CONN has sent; True once it is done here (handed on, or closed)."""
+        _deadline, data = self.reading[conn]
         try:
             chunk = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
-            return
+            return False
         except OSError:
-            self.drop(conn)
-            return
+            chunk = b""
         if not chunk:
             self.drop(conn)  # the client closed the connection
-            return
+            return True
         data += chunk
-        if request_complete(bytes(data), self.head_limit + MAX_BUFFERED_BODY):
-            del self.reading[conn]
-            self.poller.unregister(conn.sock)
-            conn.preread = bytes(data)
-            conn.data_ready = True
-            self.enqueue_req(conn)
+        if not request_complete(bytes(data), self.head_limit + MAX_BUFFERED_BODY):
+            return False
+        del self.reading[conn]
+        conn.preread = bytes(data)
+        conn.data_ready = True
+        self.enqueue_req(conn)
+        return True
 
     def drop(self, conn: TConn) -> None:
         self.reading.pop(conn, None)

@@ -7,8 +7,9 @@ as long as it likes, and a dozen such clients hold them all. ``HeaderTimeoutWork
 each request in the worker's poller instead, without blocking, and hands the connection to
 the thread pool only once the request's headers are complete (and its body too, when it has
 a ``Content-Length`` of at most ``MAX_BUFFERED_BODY`` bytes, as every MCP request has). A
-connection whose headers are not complete within ``TASKDESK_HEADER_TIMEOUT_SECONDS`` (10 s)
-of its first byte (of its accept, for a new connection) is closed. What was read is put
+connection whose request (its headers, and such a body) is not complete within
+``TASKDESK_HEADER_TIMEOUT_SECONDS`` (10 s) of its first byte (of its accept, for a new
+connection) is closed. What was read is put
 back in front of the socket (the parser's unreader), so the request thread parses it as
 gunicorn always does.
 

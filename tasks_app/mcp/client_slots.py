@@ -61,20 +61,24 @@ class Lease:
 def take(kind: str, client: int, limit: int) -> Lease | None:
     """One of CLIENT's LIMIT slots of KIND, or None when all are taken."""
     token = f"{os.getpid()}:{secrets.token_hex(8)}"
+    keys = [f"held:{kind}:{client}:{index}" for index in range(limit)]
     try:
-        for index in range(limit):
-            key = f"held:{kind}:{client}:{index}"
+        for key in keys:
             if cache.add(key, token, timeout=LEASE_SECONDS):
                 with _lock:
                     _leases[key] = token
                 _ensure_renewer()
                 return Lease(key, token)
+        # The database cache answers a failed write (a locked SQLite) as "already there":
+        # only slots that are really taken refuse.
+        if len(cache.get_many(keys)) >= limit:
+            return None
+        log.warning("held %s of client %s not counted (the cache refused a write)", kind, client)
     except Exception as exc:
         if not _outage(exc):
             raise
         log.warning("held %s of client %s not counted (cache unavailable): %s", kind, client, exc)
-        return Lease(None, token)
-    return None
+    return Lease(None, token)
 
 
 def taken(kind: str, client: int, limit: int) -> int:

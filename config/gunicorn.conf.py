@@ -26,9 +26,15 @@ with settings_errors_end_the_process():
     # cores the Celery worker, PostgreSQL and Redis want their share; more processes only
     # cost memory (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
     workers = env_int("WEB_WORKERS", max(2, multiprocessing.cpu_count()), minimum=1)
-    # Threads keep a streaming (SSE) response from blocking a whole worker process.
-    threads = env_int("WEB_THREADS", 4, minimum=1)
-worker_class = "gthread"
+# Threads keep a streaming (SSE) response from blocking a whole worker process. Of these,
+# TASKDESK_RESERVED_THREADS (2) are never taken by held work (streams, synchronous runs,
+# waits: tasks_app/mcp/limits.py), so quick requests always find one (config/settings.py).
+threads = settings.WEB_THREADS
+# The worker is gthread's, but it reads each request in its poller and hands a thread only
+# whole requests: a client whose headers are not complete within
+# TASKDESK_HEADER_TIMEOUT_SECONDS (10) is dropped instead of holding a thread
+# (config/web_worker.py).
+worker_class = "config.web_worker.HeaderTimeoutWorker"
 # Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
 # connections over them. On one shared socket the process that woke first took a client's
 # keep-alive connection for as long as it lasted: in 10 s runs of 16 connections the two

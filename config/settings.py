@@ -522,12 +522,22 @@ TASKDESK_DISPATCH_REPUBLISH_SECONDS = env_float(
     "TASKDESK_DISPATCH_REPUBLISH_SECONDS", 120.0, minimum=1
 )
 TASKDESK_SYNC_WAIT_SECONDS = env_float("TASKDESK_SYNC_WAIT_SECONDS", 60.0, minimum=0)
-# Synchronous tool and prompt runs inside a web process (tasks_app/mcp/limits.py): at most
-# this many at once per process (by default half its request threads, WEB_THREADS, so the
-# other half stays free for receipts and tasks/get), each for at most this many seconds.
+# Held work (tasks_app/mcp/limits.py): requests that keep a request thread beyond a quick
+# answer (streams, synchronous runs, waits). Of each web process's WEB_THREADS (8, as in
+# config/gunicorn.conf.py), TASKDESK_RESERVED_THREADS are never held, so quick requests
+# (health, pages, tasks/get, receipts) always find one; held work takes the rest.
+WEB_THREADS = env_int("WEB_THREADS", 8, minimum=1)
+TASKDESK_RESERVED_THREADS = env_int("TASKDESK_RESERVED_THREADS", 2, minimum=1)
+TASKDESK_HELD_PER_PROCESS = max(1, WEB_THREADS - TASKDESK_RESERVED_THREADS)
+# Synchronous tool and prompt runs inside a web process: at most this many at once per
+# process (by default half of the held threads), each for at most this many seconds.
 TASKDESK_SYNC_CONCURRENCY = env_int(
-    "TASKDESK_SYNC_CONCURRENCY", max(1, env_int("WEB_THREADS", 4, minimum=1) // 2), minimum=1
+    "TASKDESK_SYNC_CONCURRENCY", max(1, TASKDESK_HELD_PER_PROCESS // 2), minimum=1
 )
+# Held work of one client across all web processes (counted in the shared cache, as leases
+# that a killed process stops renewing): synchronous runs and waits, and open streams.
+TASKDESK_SYNC_PER_CLIENT = env_int("TASKDESK_SYNC_PER_CLIENT", 4, minimum=1)
+TASKDESK_MAX_STREAMS_PER_CLIENT = env_int("TASKDESK_MAX_STREAMS_PER_CLIENT", 4, minimum=1)
 TASKDESK_SYNC_MAX_SECONDS = env_float("TASKDESK_SYNC_MAX_SECONDS", 30.0, minimum=0.1)
 # Per-client limits (tasks_app/mcp/limits.py): non-terminal tasks a client may have (0: no
 # limit), and a token bucket on tools/call (e.g. "20/second"; off by default).
@@ -541,12 +551,13 @@ TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimu
 # initializes again). Tasks belong to the client and are not affected.
 TASKDESK_SESSION_IDLE_SECONDS = env_int("TASKDESK_SESSION_IDLE_SECONDS", 24 * 3600, minimum=1)
 # Open SSE streams (GET streams, blocking tasks/result) one web process holds at most
-# (default: half its request threads, WEB_THREADS, so short requests always find one);
-# beyond it the answer is 503 with Retry-After. A held stream ends after
-# TASKDESK_STREAM_SECONDS (the client resumes it), with a keep-alive comment every
-# TASKDESK_KEEPALIVE_SECONDS.
+# (default: the held threads the synchronous runs leave); beyond it the answer is 429 busy
+# with Retry-After. A held stream ends after TASKDESK_STREAM_SECONDS (the client resumes
+# it), with a keep-alive comment every TASKDESK_KEEPALIVE_SECONDS.
 TASKDESK_MAX_STREAMS = env_int(
-    "TASKDESK_MAX_STREAMS", max(1, env_int("WEB_THREADS", 4, minimum=1) // 2), minimum=1
+    "TASKDESK_MAX_STREAMS",
+    max(1, TASKDESK_HELD_PER_PROCESS - TASKDESK_HELD_PER_PROCESS // 2),
+    minimum=1,
 )
 TASKDESK_STREAM_SECONDS = env_float("TASKDESK_STREAM_SECONDS", 300.0, minimum=1)
 TASKDESK_KEEPALIVE_SECONDS = env_float("TASKDESK_KEEPALIVE_SECONDS", 15.0, minimum=0.1)

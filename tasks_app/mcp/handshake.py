@@ -38,6 +38,7 @@ import logging
 import secrets
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -49,7 +50,7 @@ from rest_framework.views import APIView
 from elicitations import transitions as elicitation_transitions
 from elicitations.models import Channel
 from tasks_app import selectors, sessions
-from tasks_app.mcp import envelope, eras, session_streams, stream_slots, streaming
+from tasks_app.mcp import envelope, eras, limits, session_streams, stream_slots, streaming
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.errors import (
     InternalError,
@@ -305,7 +306,11 @@ class HandshakeEra(eras.ProtocolEra):
             if last:
                 return self._resume(request, session, client, last)
             return session_streams.session_stream(
-                request, session, client, stream_slots.take(), session_envelope(session, {})
+                request,
+                session,
+                client,
+                stream_slots.take(client.pk),
+                session_envelope(session, {}),
             )
         except McpError as exc:
             return streaming.error_response(None, exc)
@@ -321,7 +326,11 @@ class HandshakeEra(eras.ProtocolEra):
         if handshake.task_of_client(client, task_id) is None:
             raise SessionNotFound(f"Last-Event-ID {last!r} names no stream of this client")
         streamed = handshake.result_stream(
-            session_envelope(session, {}), task_id, request_id, session_id=session.pk
+            session_envelope(session, {}),
+            task_id,
+            request_id,
+            session_id=session.pk,
+            client=client.pk,
         )
         log.info("resuming the tasks/result stream of task %s (request %r)", task_id, request_id)
         return streaming.respond(
@@ -388,24 +397,32 @@ def _rounds(
     """Run CALL's MRTR rounds inside this one request: send each round's input requests to
     the client on this stream, wait for the answers, and run the method again with them."""
     result = first
-    for _ in range(MAX_ROUNDS):
-        if isinstance(result, Streamed):
-            streamed = result
-            try:
-                result = streamed.run(emit, cancelled)
-            finally:
-                if streamed.release is not None:
-                    streamed.release()  # the round's synchronous slot, held for its run only
-        if not _input_required(result):
-            return shape(result)
-        assert call.session is not None
-        answers = _ask(call, result.get("inputRequests") or {}, emit, cancelled)
-        params = {**call.params, "inputResponses": answers}
-        if result.get("requestState"):
-            params["requestState"] = result["requestState"]
-        call = replace(call, params=params, data=spec.validate(params))
-        result = spec.handler(call)
-    raise InternalError(f"The call asked the client more than {MAX_ROUNDS} times")
+    # The synchronous slot of the round that ran last: waiting for the client's answers holds
+    # this request as much as a run does, so the slot is kept until the next round takes its
+    # own (or the call ends).
+    held: Callable[[], None] | None = None
+    try:
+        for _ in range(MAX_ROUNDS):
+            if isinstance(result, Streamed):
+                held = result.release
+                result = result.run(emit, cancelled)
+            if not _input_required(result):
+                return shape(result)
+            assert call.session is not None
+            if held is None:
+                held = limits.sync_slots.take("synchronous calls", call.client.pk)
+            answers = _ask(call, result.get("inputRequests") or {}, emit, cancelled)
+            params = {**call.params, "inputResponses": answers}
+            if result.get("requestState"):
+                params["requestState"] = result["requestState"]
+            call = replace(call, params=params, data=spec.validate(params))
+            held()
+            held = None
+            result = spec.handler(call)
+        raise InternalError(f"The call asked the client more than {MAX_ROUNDS} times")
+    finally:
+        if held is not None:
+            held()
 
 
 def _ask(

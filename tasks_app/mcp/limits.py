@@ -1,9 +1,15 @@
 """What one web process takes on, and the refusals that say "not now".
 
-- **Slots.** A synchronous tool or prompt run (and the thread of a streamed one) holds one of
-  the process's ``TASKDESK_SYNC_CONCURRENCY`` slots; a call that finds none free is refused
-  at once with ``busy`` (HTTP 429) instead of queueing behind the others, so the request
-  threads stay free for receipts and ``tasks/get``.
+- **Slots.** Held work (a request that keeps its thread beyond a quick answer) takes a slot
+  first: a synchronous tool or prompt run (and the thread of a streamed one), the wait of a
+  keyed call without the tasks extension and the 2025-era ``tasks/cancel`` wait take one of
+  ``sync_slots`` (``TASKDESK_SYNC_CONCURRENCY`` per process, ``TASKDESK_SYNC_PER_CLIENT``
+  per client); held streams one of ``stream_slots`` (``TASKDESK_MAX_STREAMS``,
+  ``TASKDESK_MAX_STREAMS_PER_CLIENT``). All of them together take at most
+  ``TASKDESK_HELD_PER_PROCESS`` (``WEB_THREADS`` minus ``TASKDESK_RESERVED_THREADS``) of a
+  process's threads, so quick requests always have threads of their own. A request that
+  finds no slot is refused at once with ``busy`` (HTTP 429) instead of queueing. The
+  per-client counts are leases in the shared cache (``client_slots``).
 - **Refusals.** ``busy``, ``over_limit`` (a per-client quota or rate) and ``unavailable`` (the
   database, broker or cache cannot be reached) build ``RetryLater`` errors: JSON-RPC -32000
   with ``data.reason``, HTTP 429 or 503 and ``Retry-After``. Nothing was written when one is
@@ -49,11 +55,19 @@ UNAVAILABLE_RETRY_SECONDS = 5
 # --- refusals ---------------------------------------------------------------------------------
 
 
-def busy(what: str = "synchronous calls") -> RetryLater:
-    limit = settings.TASKDESK_SYNC_CONCURRENCY
+def busy(
+    what: str = "synchronous calls",
+    *,
+    limit: int | None = None,
+    setting: str = "TASKDESK_SYNC_CONCURRENCY",
+    whose: str = "this server process is",
+) -> RetryLater:
+    """Held work refused: the process, or the client (WHOSE), already holds LIMIT of WHAT."""
+    if limit is None:
+        limit = settings.TASKDESK_SYNC_CONCURRENCY
     return RetryLater(
-        f"Busy: this server process is already running {limit} {what} "
-        "(TASKDESK_SYNC_CONCURRENCY); retry shortly, or call the tool as a task",
+        f"Busy: {whose} already holding {limit} {what} ({setting}); retry shortly, "
+        "or call the tool as a task and poll tasks/get",
         reason="busy",
         http_status=429,
         retry_after=BUSY_RETRY_SECONDS,
@@ -222,6 +236,10 @@ class Slots:
     def used(self) -> int:
         return self._used
 
+    @property
+    def size(self) -> int:
+        return self._size()
+
     def try_take(self) -> bool:
         with self._lock:
             if self._used >= self._size():
@@ -233,36 +251,118 @@ class Slots:
         with self._lock:
             self._used = max(0, self._used - 1)
 
-    def take(self, what: str = "synchronous calls") -> Callable[[], None]:
-        """Take a slot or raise ``busy``; return the function that gives it back (once)."""
+
+#: Every held request of this process, whatever its kind: at most ``WEB_THREADS`` minus
+#: ``TASKDESK_RESERVED_THREADS``, so quick requests always have threads of their own.
+held_slots = Slots(lambda: settings.TASKDESK_HELD_PER_PROCESS)
+
+
+class HeldWork(Slots):
+    """One kind of held work: a per-process count of its own (within ``held_slots``) and a
+    per-client count across processes (``client_slots``), all taken without waiting."""
+
+    def __init__(
+        self,
+        kind: str,
+        size: Callable[[], int],
+        setting: str,
+        per_client: Callable[[], int],
+        per_client_setting: str,
+        what: str,
+    ) -> None:
+        super().__init__(size)
+        self.kind = kind
+        self.setting = setting
+        self.per_client = per_client
+        self.per_client_setting = per_client_setting
+        self.what = what
+
+    def take(self, what: str | None = None, client: int | None = None) -> Callable[[], None]:
+        """Take a slot (and one of CLIENT's, when given) or raise ``busy``; return the
+        function that gives it back (once)."""
+        from tasks_app.mcp import client_slots
+
+        what = what or self.what
         if not self.try_take():
-            raise busy(what)
+            raise busy(what, limit=self.size, setting=self.setting)
+        if not held_slots.try_take():
+            self.give_back()
+            raise busy(
+                "held requests (streams, synchronous runs and waits)",
+                limit=held_slots.size,
+                setting="WEB_THREADS - TASKDESK_RESERVED_THREADS",
+            )
+        lease: client_slots.Lease | None = None
+        if client is not None:
+            try:
+                lease = client_slots.take(self.kind, client, self.per_client())
+            except BaseException:
+                held_slots.give_back()
+                self.give_back()
+                raise
+            if lease is None:
+                held_slots.give_back()
+                self.give_back()
+                raise busy(
+                    what,
+                    limit=self.per_client(),
+                    setting=self.per_client_setting,
+                    whose="this client is",
+                )
         given = threading.Event()
 
         def release() -> None:
             if not given.is_set():
                 given.set()
+                if lease is not None:
+                    lease.close()
+                held_slots.give_back()
                 self.give_back()
 
         return release
 
     @contextlib.contextmanager
-    def held(self, what: str = "synchronous calls") -> Iterator[None]:
-        release = self.take(what)
+    def held(self, what: str | None = None, client: int | None = None) -> Iterator[None]:
+        release = self.take(what, client)
         try:
             yield
         finally:
             release()
 
 
-#: The slots of synchronous tool and prompt runs (streamed or not) in this process.
-sync_slots = Slots(lambda: settings.TASKDESK_SYNC_CONCURRENCY)
+#: Synchronous tool and prompt runs (streamed or not), the waits of keyed calls without the
+#: tasks extension and the 2025-era ``tasks/cancel`` wait.
+sync_slots = HeldWork(
+    "sync",
+    lambda: settings.TASKDESK_SYNC_CONCURRENCY,
+    "TASKDESK_SYNC_CONCURRENCY",
+    lambda: settings.TASKDESK_SYNC_PER_CLIENT,
+    "TASKDESK_SYNC_PER_CLIENT",
+    "synchronous calls",
+)
+#: Held streams: the 2025 ``GET`` stream and blocking ``tasks/result`` (``stream_slots``).
+stream_slots = HeldWork(
+    "stream",
+    lambda: settings.TASKDESK_MAX_STREAMS,
+    "TASKDESK_MAX_STREAMS",
+    lambda: settings.TASKDESK_MAX_STREAMS_PER_CLIENT,
+    "TASKDESK_MAX_STREAMS_PER_CLIENT",
+    "open streams",
+)
 
 
 @receiver(setting_changed)
 def _reset_slots(*, setting: str, **kwargs: Any) -> None:
     if setting == "TASKDESK_SYNC_CONCURRENCY":
         sync_slots._used = 0
+    if setting == "TASKDESK_MAX_STREAMS":
+        stream_slots._used = 0
+    if setting in {
+        "TASKDESK_SYNC_CONCURRENCY",
+        "TASKDESK_MAX_STREAMS",
+        "TASKDESK_HELD_PER_PROCESS",
+    }:
+        held_slots._used = sync_slots._used + stream_slots._used
 
 
 # --- disconnects ------------------------------------------------------------------------------

@@ -1,10 +1,13 @@
-"""A per-process bound on held streams (the 2025 ``GET`` stream and blocking ``tasks/result``).
+"""Held streams (the 2025 ``GET`` stream and blocking ``tasks/result``): their slots.
 
 Each held stream keeps one request thread of its web process busy for as long as it is
-open. ``TASKDESK_MAX_STREAMS`` bounds how many one process holds, so streams can never take
-every thread and leave none for short requests: beyond it the request is refused with 503 and
-``Retry-After`` (the client polls ``tasks/get`` meanwhile, or retries). A slot is taken with
-``take()`` and given back by closing the returned ``Slot`` (it is a context manager too).
+open. ``TASKDESK_MAX_STREAMS`` bounds how many one process holds and
+``TASKDESK_MAX_STREAMS_PER_CLIENT`` how many one client holds across processes, within the
+process's bound on all held work (``limits.held_slots``), so streams can never take every
+thread and leave none for short requests: beyond a bound the request is refused at once with
+429 ``busy`` and ``Retry-After`` (the client polls ``tasks/get`` meanwhile, or retries). A
+slot is taken with ``take()`` and given back by closing the returned ``Slot`` (it is a
+context manager too).
 
 A client that goes away must give its slot back soon, not at the next keep-alive write:
 ``peer_gone`` looks at the request's socket (gunicorn puts it in the WSGI environ) without
@@ -15,45 +18,19 @@ from __future__ import annotations
 
 import select
 import socket
-import threading
+from collections.abc import Callable
 from types import TracebackType
 from typing import Any
 
-from django.conf import settings
-
-from tasks_app.mcp.errors import McpError
-
-RETRY_AFTER_SECONDS = 5
-
-_lock = threading.Lock()
-_held = 0
-
-
-class StreamsExhausted(McpError):
-    code = -32603
-    http_status = 503
-
-    def __init__(self, limit: int) -> None:
-        super().__init__(
-            f"This server process already holds {limit} open streams "
-            "(TASKDESK_MAX_STREAMS); retry later, or poll tasks/get meanwhile",
-            data={"retryAfterSeconds": RETRY_AFTER_SECONDS},
-        )
-
-    def headers(self) -> dict[str, str]:
-        return {"Retry-After": str(RETRY_AFTER_SECONDS)}
+from tasks_app.mcp import limits
 
 
 class Slot:
-    def __init__(self) -> None:
-        self._open = True
+    def __init__(self, release: Callable[[], None]) -> None:
+        self._release = release
 
     def close(self) -> None:
-        global _held
-        with _lock:
-            if self._open:
-                self._open = False
-                _held -= 1
+        self._release()  # gives back once, however often it is called
 
     def __enter__(self) -> Slot:
         return self
@@ -67,19 +44,14 @@ class Slot:
         self.close()
 
 
-def take() -> Slot:
-    """A stream slot of this process; raise StreamsExhausted when all are held."""
-    global _held
-    limit = settings.TASKDESK_MAX_STREAMS
-    with _lock:
-        if _held >= limit:
-            raise StreamsExhausted(limit)
-        _held += 1
-    return Slot()
+def take(client: int | None = None) -> Slot:
+    """A stream slot of this process (and of CLIENT, when given); raise 429 ``busy`` when
+    none is free."""
+    return Slot(limits.stream_slots.take(client=client))
 
 
 def held() -> int:
-    return _held
+    return limits.stream_slots.used
 
 
 def peer_gone(request: Any) -> bool:

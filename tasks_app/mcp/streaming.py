@@ -131,18 +131,21 @@ def respond(
     keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
 
     def work() -> None:
+        last: tuple[str, Any]
         try:
             result = streamed.run(lambda note: events.put(("note", note)), cancelled)
-            events.put(("done", success(request_id, result, result_type=result_type)))
+            last = ("done", success(request_id, result, result_type=result_type))
         except EndStream:
-            events.put(("end", None))
+            last = ("end", None)
         except Exception as exc:
-            events.put(("error", limits.error_for(exc)))
+            last = ("error", limits.error_for(exc))
         finally:
-            # This thread's database connections are its own; leave none open.
+            # This thread's database connections are its own; leave none open. The slot is
+            # free again before the answer goes out.
             connections.close_all()
             if streamed.release is not None:
                 streamed.release()
+        events.put(last)
 
     try:
         # In a copy of the request's log context, so its lines keep the request id.

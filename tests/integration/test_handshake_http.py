@@ -131,7 +131,12 @@ def test_held_get_streams_hold_no_database_connection(transactional_db, alice_to
             return int(cursor.fetchone()[0])
 
     streams = 8
-    env = {"WEB_THREADS": "16", "TASKDESK_MAX_STREAMS": "12", "DB_CONN_MAX_AGE": "600"}
+    env = {
+        "WEB_THREADS": "16",
+        "TASKDESK_MAX_STREAMS": "12",
+        "TASKDESK_MAX_STREAMS_PER_CLIENT": "12",
+        "DB_CONN_MAX_AGE": "600",
+    }
     with live_stack(env=env, worker=False, beat=False) as stack:
         wires = []
         for _ in range(streams):

@@ -137,7 +137,7 @@ def _awaited_call(call: Call, tool: ToolSpec, arguments: dict[str, Any]) -> Stre
     there (2025-11-25 basic/transports.mdx, "Resumability and Redelivery"; SEP-1699)."""
     # The wait holds a synchronous slot, as a run here does; it is taken first, so that a
     # refusal (429 busy) has written nothing.
-    release = limits.sync_slots.take()
+    release = limits.sync_slots.take(client=call.client.pk)
     try:
         receipt = tools.accept(call, tool, arguments)
     except BaseException:
@@ -201,15 +201,18 @@ def tasks_cancel(call: Call) -> dict[str, Any]:
             f"Cannot cancel task in terminal status: {status}",
             data={"taskId": task.pk, "status": status},
         )
-    transitions.request_cancel(task_id=task.pk, actor_type=Actor.CLIENT, actor=call.client.name)
     # The task must be cancelled before the answer (tasks.mdx, "Task Cancellation"): a leg
-    # that is running stops at its next checkpoint, so wait for it, within a bound.
-    deadline = time.monotonic() + settings.TASKDESK_CANCEL_WAIT_SECONDS
-    while True:
-        task = Task.objects.get(pk=task.pk)
-        if task.is_terminal or time.monotonic() >= deadline:
-            return wire.task_fields(task, Era.LEGACY)
-        pause(0.05)
+    # that is running stops at its next checkpoint, so wait for it, within a bound. The wait
+    # holds a request thread: it takes a synchronous slot first, so that a refusal (429
+    # busy) has written nothing.
+    with limits.sync_slots.held("tasks/cancel waits and synchronous calls", call.client.pk):
+        transitions.request_cancel(task_id=task.pk, actor_type=Actor.CLIENT, actor=call.client.name)
+        deadline = time.monotonic() + settings.TASKDESK_CANCEL_WAIT_SECONDS
+        while True:
+            task = Task.objects.get(pk=task.pk)
+            if task.is_terminal or time.monotonic() >= deadline:
+                return wire.task_fields(task, Era.LEGACY)
+            pause(0.05)
 
 
 def final_result(task: Task) -> dict[str, Any]:
@@ -235,7 +238,9 @@ def tasks_result(call: Call) -> dict[str, Any] | Streamed:
     task = _task(call)
     if task.is_terminal:
         return final_result(task)
-    return result_stream(call.envelope, task.pk, call.id, session_id=_session_id(call))
+    return result_stream(
+        call.envelope, task.pk, call.id, session_id=_session_id(call), client=call.client.pk
+    )
 
 
 def _session_id(call: Call) -> str | None:
@@ -251,14 +256,15 @@ def result_stream(
     hold: float | None = None,
     meta: dict[str, Any] | None = None,
     session_id: str | None = None,
+    client: int | None = None,
 ) -> Streamed:
-    """The blocking wait for a task's outcome as a stream, holding one stream slot (503 when
-    none is free), or the slot RELEASE gives back. After HOLD seconds (default
+    """The blocking wait for a task's outcome as a stream, holding one stream slot of the
+    process and of CLIENT (429 ``busy`` when none is free), or the slot RELEASE gives back. After HOLD seconds (default
     ``TASKDESK_STREAM_SECONDS``) it closes without the answer; its event id lets the client
     resume it by GET with ``Last-Event-ID`` (``resume_id``). META joins the result's. The
     wait ends without an answer once the client cancels REQUEST_ID in session SESSION_ID."""
     if release is None:
-        release = stream_slots.take().close
+        release = stream_slots.take(client).close
     seconds = settings.TASKDESK_STREAM_SECONDS if hold is None else hold
 
     def run(emit: Emit, cancelled: threading.Event) -> dict[str, Any]:

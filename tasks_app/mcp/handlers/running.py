@@ -69,7 +69,7 @@ def run(
         except ProtocolError as exc:
             raise from_code(exc.code, str(exc), exc.data) from exc
 
-    release = limits.sync_slots.take()
+    release = limits.sync_slots.take(client=call.client.pk)
     if call.envelope.progress_token is not None or call.envelope.log_level is not None:
         return Streamed(go, release=release)  # the stream's thread gives the slot back
     try:

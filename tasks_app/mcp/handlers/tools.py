@@ -85,7 +85,7 @@ def tools_call(call: Call) -> dict[str, Any] | Streamed:
     if awaits_task(call, tool, arguments):
         # The wait holds a request thread as a synchronous run does: it takes a slot first,
         # so a refusal (busy) has written nothing.
-        with limits.sync_slots.held():
+        with limits.sync_slots.held(client=call.client.pk):
             return _await(accept(call, tool, arguments), call)
     return _run_here(call, tool, arguments)
 

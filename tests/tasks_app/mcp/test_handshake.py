@@ -169,7 +169,8 @@ def test_the_get_stream_is_bounded_per_process(mcp, settings) -> None:  # type: 
     headers = session.stream_headers()
     with stream_slots.take():
         refused = mcp.http.get("/mcp", headers=headers)
-        assert refused.status_code == 503 and refused["Retry-After"] == "5"
+        assert refused.status_code == 429 and refused["Retry-After"] == "1"
+        assert json.loads(refused.content)["error"]["data"]["reason"] == "busy"
     # A stream the server closes without ever reading it gives its slot back.
     unread = mcp.http.get("/mcp", headers=headers)
     assert stream_slots.held() == 1

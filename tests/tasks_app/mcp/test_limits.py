@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from tasks_app.mcp import limits
+from tasks_app.mcp import client_slots, limits
 from tasks_app.models import Task
 from tests.runtime_toolset import RUNTIME_TOOLSETS
 from tests.tasks_app.mcp.conftest import Session
@@ -144,4 +144,99 @@ def test_slots_are_counted_per_process_and_given_back_once(settings) -> None:
     third = limits.sync_slots.take()
     second()
     third()
+    assert limits.sync_slots.used == 0
+
+
+def test_all_held_work_together_leaves_the_reserved_threads(settings) -> None:
+    # Four threads, two reserved: two held requests at most, whatever their kinds.
+    settings.TASKDESK_HELD_PER_PROCESS = 2
+    settings.TASKDESK_SYNC_CONCURRENCY = 2
+    settings.TASKDESK_MAX_STREAMS = 2
+    run = limits.sync_slots.take()
+    stream = limits.stream_slots.take()
+    with pytest.raises(limits.RetryLater) as refused:
+        limits.sync_slots.take()
+    assert refused.value.http_status == 429 and refused.value.data["reason"] == "busy"
+    assert "TASKDESK_RESERVED_THREADS" in str(refused.value)
+    with pytest.raises(limits.RetryLater):
+        limits.stream_slots.take()
+    # A refusal gives back what it took on the way.
+    assert (limits.sync_slots.used, limits.stream_slots.used, limits.held_slots.used) == (1, 1, 2)
+    run()
+    stream()
+    assert limits.held_slots.used == 0
+
+
+def test_held_work_is_bounded_per_client_across_processes(settings) -> None:
+    settings.TASKDESK_SYNC_CONCURRENCY = 10
+    settings.TASKDESK_HELD_PER_PROCESS = 10
+    settings.TASKDESK_SYNC_PER_CLIENT = 2
+    first, second = limits.sync_slots.take(client=1), limits.sync_slots.take(client=1)
+    with pytest.raises(limits.RetryLater) as refused:
+        limits.sync_slots.take(client=1)
+    assert "TASKDESK_SYNC_PER_CLIENT" in str(refused.value)
+    assert refused.value.data["reason"] == "busy" and refused.value.data["limit"] == 2
+    other = limits.sync_slots.take(client=2)  # another client has slots of its own
+    # The count is in the shared cache, not in this process: another process sees it.
+    assert client_slots.taken("sync", 1, 2) == 2
+    first()
+    assert client_slots.taken("sync", 1, 2) == 1
+    again = limits.sync_slots.take(client=1)
+    for release in (second, other, again):
+        release()
+    assert client_slots.taken("sync", 1, 2) == 0
+    assert limits.sync_slots.used == 0 and limits.held_slots.used == 0
+
+
+def test_the_slots_of_a_killed_process_come_back_when_their_leases_run_out(
+    settings, monkeypatch
+) -> None:
+    # (The database cache keeps expiry times in whole seconds, hence the margins.)
+    monkeypatch.setattr(client_slots, "LEASE_SECONDS", 3)
+    lease = client_slots.take("stream", 7, 1)
+    assert lease is not None
+    assert client_slots.take("stream", 7, 1) is None
+    time.sleep(2)
+    client_slots.renew()  # a live process renews its leases...
+    time.sleep(1.5)
+    assert client_slots.take("stream", 7, 1) is None  # ...so they outlast LEASE_SECONDS
+    # A killed process renews nothing (nor gives back): its slot is free once it runs out.
+    client_slots._leases.clear()
+    time.sleep(4.2)
+    taker = client_slots.take("stream", 7, 1)
+    assert taker is not None
+    lease.close()  # the old holder's late give-back does not free the new holder's slot
+    assert client_slots.take("stream", 7, 1) is None
+    taker.close()
+    assert client_slots.taken("stream", 7, 1) == 0
+
+
+def test_a_call_that_asks_the_client_holds_its_slot_while_it_waits(
+    transactional_db, mcp, one_slot
+) -> None:  # type: ignore[no-untyped-def]
+    # On the 2025 wire the call waits for the client's answer inside its request: held work
+    # as much as the run itself, so it keeps its synchronous slot meanwhile.
+    session = Session(mcp)
+    params = {"name": "test_elicitation", "arguments": {"message": "Who are you?"}}
+    response = session.call("tools/call", params)
+    assert response.streaming, response.content
+    chunks = iter(response.streaming_content)
+    seen = b""
+    while b"elicitation/create" not in seen:
+        seen += next(chunks, b"") or pytest.fail(seen.decode())
+    asked = json.loads(seen.split(b"data: ", 1)[1].split(b"\n", 1)[0])
+    assert asked["method"] == "elicitation/create"
+
+    assert limits.sync_slots.used == 1
+    assert_busy(echo(mcp))
+    content = {"username": "ada", "email": "ada@example.com"}
+    reply = {
+        "jsonrpc": "2.0",
+        "id": asked["id"],
+        "result": {"action": "accept", "content": content},
+    }
+    assert session.post(reply).status_code == 202
+    rest = b"".join(chunks)
+
+    assert b"ada@example.com" in rest
     assert limits.sync_slots.used == 0

@@ -1,0 +1,175 @@
+"""The gunicorn worker of `make run`: gthread, but a request thread only gets whole requests.
+
+gunicorn's ``gthread`` worker hands a connection to a request thread as soon as its first
+bytes arrive, and the thread then reads the headers (and the body) with blocking reads that
+no timeout bounds: a client that sends a header line every few seconds holds a thread for
+as long as it likes, and a dozen such clients hold them all. ``HeaderTimeoutWorker`` reads
+each request in the worker's poller instead, without blocking, and hands the connection to
+the thread pool only once the request's headers are complete (and its body too, when it has
+a ``Content-Length`` of at most ``MAX_BUFFERED_BODY`` bytes, as every MCP request has). A
+connection whose request (its headers, and such a body) is not complete within
+``TASKDESK_HEADER_TIMEOUT_SECONDS`` (10 s) of its first byte (of its accept, for a new
+connection) is closed. What was read is put
+back in front of the socket (the parser's unreader), so the request thread parses it as
+gunicorn always does.
+
+TLS connections (gunicorn's own ``certfile``) keep gthread's behaviour: the handshake needs
+a blocking socket. Production terminates TLS in the proxy (docs/deploy.md).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import re
+import selectors
+import time
+from functools import partial
+from typing import Any
+
+from gunicorn.http2 import negotiation  # type: ignore[import-untyped]
+from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
+
+#: Read at most this much per request in the poller (headers plus a small body).
+MAX_BUFFERED_BODY = 1024 * 1024
+_HEADERS_END = re.compile(rb"\r?\n\r?\n")
+_CONTENT_LENGTH = re.compile(rb"(?im)^content-length[ \t]*:[ \t]*(\d+)[ \t]*\r?$")
+# A chunked body, or one the client sends only after "100 Continue", is read by the thread.
+_BODY_LATER = re.compile(rb"(?im)^(transfer-encoding|expect)[ \t]*:")
+
+
+def header_timeout() -> float:
+    raw = os.environ.get("TASKDESK_HEADER_TIMEOUT_SECONDS", "").strip()
+    return max(0.1, float(raw)) if raw else 10.0
+
+
+def request_complete(data: bytes, limit: int) -> bool:
+    """Whether DATA holds a whole request head (and its body, when it is small), or is
+    already past what is worth buffering: then the request thread takes it from here."""
+    end = _HEADERS_END.search(data)
+    if end is None:
+        return len(data) >= limit
+    head = data[: end.start()]
+    if _BODY_LATER.search(head):
+        return True
+    length = _CONTENT_LENGTH.search(head)
+    if length is None:
+        return True
+    size = int(length.group(1))
+    return size > MAX_BUFFERED_BODY or len(data) - end.end() >= size
+
+
+class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.header_timeout = header_timeout()
+        # Connections whose request is still arriving: conn -> (deadline, bytes so far).
+        self.reading: dict[TConn, tuple[float, bytearray]] = {}
+        # A request head larger than gunicorn accepts is handed on (and refused there).
+        self.head_limit = (
+            self.cfg.limit_request_line
+            + self.cfg.limit_request_fields * self.cfg.limit_request_field_size
+            + 4096
+        )
+
+    # --- where gthread handed connections straight to a thread -----------------------------
+
+    def accept(self, listener: Any) -> None:
+        try:
+            client_sock, client_addr = listener.accept()
+        except OSError as e:
+            if e.errno not in (errno.EAGAIN, errno.ECONNABORTED, errno.EWOULDBLOCK):
+                raise
+            return
+        self.nr_conns += 1
+        conn = TConn(self.cfg, client_sock, client_addr, listener.getsockname())  # non-blocking
+        if not self.reads_requests(conn):
+            client_sock.setblocking(True)
+            self.enqueue_req(conn)
+            return
+        self.start_reading(conn)
+
+    def on_client_socket_readable(self, conn: TConn, client: Any) -> None:
+        """A kept-alive connection has its next request coming."""
+        self.poller.unregister(client)
+        self.keepalived_conns.remove(conn)
+        if not self.reads_requests(conn):
+            self.enqueue_req(conn)
+            return
+        self.start_reading(conn)
+
+    def reads_requests(self, conn: TConn) -> bool:
+        """Whether the poller reads CONN's requests: not over TLS (gunicorn's handshake needs
+        a blocking socket) nor HTTP/2, whose preface gunicorn reads itself."""
+        if self.cfg.is_ssl or conn.is_http2:
+            return False
+        return not negotiation.prior_knowledge_allowed(self.cfg, conn.client)
+
+    # --- reading in the poller ------------------------------------------------------------
+
+    def start_reading(self, conn: TConn) -> None:
+        self.reading[conn] = (time.monotonic() + self.header_timeout, bytearray())
+        # Often the whole request is there already (a kept-alive connection was readable):
+        # then it goes to a thread without a round through the poller.
+        if not self.read_some(conn):
+            self.poller.register(
+                conn.sock, selectors.EVENT_READ, partial(self.on_request_bytes, conn)
+            )
+
+    def on_request_bytes(self, conn: TConn, client: Any) -> None:
+        if conn in self.reading and self.read_some(conn):
+            with contextlib.suppress(OSError, KeyError, ValueError):
+                self.poller.unregister(client)
+
+    def read_some(self, conn: TConn) -> bool:
+        """Read what CONN has sent; True once it is done here (handed on, or closed)."""
+        _deadline, data = self.reading[conn]
+        try:
+            chunk = conn.sock.recv(65536)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError:
+            chunk = b""
+        if not chunk:
+            self.drop(conn)  # the client closed the connection
+            return True
+        data += chunk
+        if not request_complete(bytes(data), self.head_limit + MAX_BUFFERED_BODY):
+            return False
+        del self.reading[conn]
+        conn.preread = bytes(data)
+        conn.data_ready = True
+        self.enqueue_req(conn)
+        return True
+
+    def drop(self, conn: TConn) -> None:
+        self.reading.pop(conn, None)
+        with contextlib.suppress(OSError, KeyError, ValueError):
+            self.poller.unregister(conn.sock)
+        self.nr_conns -= 1
+        conn.close()
+
+    def murder_pending(self) -> None:
+        super().murder_pending()
+        now = time.monotonic()
+        late = [conn for conn, (deadline, _) in self.reading.items() if deadline <= now]
+        for conn in late:
+            self.log.info(
+                "closed a connection from %s: request headers not complete within %g s "
+                "(TASKDESK_HEADER_TIMEOUT_SECONDS)",
+                conn.client[0] if isinstance(conn.client, tuple) else conn.client,
+                self.header_timeout,
+            )
+            self.drop(conn)
+
+    # --- in the request thread ---------------------------------------------------------------
+
+    def handle(self, conn: TConn) -> Any:
+        preread = getattr(conn, "preread", None)
+        if preread:
+            conn.preread = None
+            conn.sock.setblocking(True)
+            conn.init()
+            conn.parser.unreader.unread(preread)
+        return super().handle(conn)

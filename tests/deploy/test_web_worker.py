@@ -1,0 +1,38 @@
+"""When the web worker's poller hands a request on to a thread (config/web_worker.py).
+
+Slow clients against live processes: tests/integration/test_web_tier.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from config.web_worker import MAX_BUFFERED_BODY, header_timeout, request_complete
+
+LIMIT = 100_000
+
+
+@pytest.mark.parametrize(
+    ("data", "complete"),
+    [
+        (b"GET /livez HTTP/1.1\r\nHost: x\r\n", False),  # headers still coming
+        (b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n", True),
+        (b"GET /livez HTTP/1.1\nHost: x\n\n", True),  # bare newlines, as gunicorn takes them
+        (b"POST /mcp HTTP/1.1\r\nContent-Length: 5\r\n\r\n{}", False),  # the body is short
+        (b'POST /mcp HTTP/1.1\r\ncontent-length:5\r\n\r\n{"a"}', True),
+        (b'POST /mcp HTTP/1.1\r\nContent-Length: 5\r\n\r\n{"a"}GET / HTTP/1.1\r\n', True),
+        # Bodies the thread reads: chunked, after 100 Continue, or larger than buffered.
+        (b"POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", True),
+        (b"POST /mcp HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: 9\r\n\r\n", True),
+        (f"POST / HTTP/1.1\r\nContent-Length: {MAX_BUFFERED_BODY + 1}\r\n\r\n".encode(), True),
+        (b"GET / HTTP/1.1\r\nX: " + b"a" * LIMIT, True),  # too long: the parser refuses it
+    ],
+)
+def test_a_request_goes_to_a_thread_once_it_is_whole(data: bytes, complete: bool) -> None:
+    assert request_complete(data, LIMIT) is complete
+
+
+def test_the_header_timeout_comes_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("TASKDESK_HEADER_TIMEOUT_SECONDS", raising=False)
+    assert header_timeout() == 10.0
+    monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "2.5")
+    assert header_timeout() == 2.5

@@ -580,6 +580,9 @@ TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT = env_int(
     "TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT", 10_000, minimum=0
 )
 TASKDESK_CALL_RATE = env_rate("TASKDESK_CALL_RATE")
+# Bounds on what one client can make the server hold (docs/operations.md, limits table): the
+# answers one tasks/update (or MRTR retry) may carry.
+TASKDESK_MAX_INPUT_RESPONSES = env_int("TASKDESK_MAX_INPUT_RESPONSES", 100, minimum=1)
 # How long an MRTR requestState (answers collected by a synchronous call) stays valid.
 TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimum=1)
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client

@@ -588,6 +588,11 @@ TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimu
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client
 # initializes again). Tasks belong to the client and are not affected.
 TASKDESK_SESSION_IDLE_SECONDS = env_int("TASKDESK_SESSION_IDLE_SECONDS", 24 * 3600, minimum=1)
+# Sessions one client keeps at most (0: no cap); an initialize beyond it forgets the client's
+# least recently used session. What initialize declares (capabilities, clientInfo) is kept
+# for the session's life: each may be at most this many bytes of JSON.
+TASKDESK_MAX_SESSIONS_PER_CLIENT = env_int("TASKDESK_MAX_SESSIONS_PER_CLIENT", 100, minimum=0)
+TASKDESK_MAX_SESSION_INFO_BYTES = env_int("TASKDESK_MAX_SESSION_INFO_BYTES", 16 * 1024, minimum=256)
 # Open SSE streams (GET streams, blocking tasks/result) one web process holds at most
 # (default: half its request threads, WEB_THREADS, so short requests always find one);
 # beyond it the answer is 503 with Retry-After. A held stream ends after

@@ -606,6 +606,10 @@ TASKDESK_KEEPALIVE_SECONDS = env_float("TASKDESK_KEEPALIVE_SECONDS", 15.0, minim
 # 2025-11-25 tasks/cancel moves the task to cancelled before it answers: how long it waits
 # for a running leg to reach its next checkpoint.
 TASKDESK_CANCEL_WAIT_SECONDS = env_float("TASKDESK_CANCEL_WAIT_SECONDS", 10.0, minimum=0)
+# While another tenant has a task waiting, one tenant holds at most this share of the running
+# legs (at least one): a leg beyond it gives its worker back at its next checkpoint and runs
+# again later (its journal replays). 1 turns this off.
+TASKDESK_TENANT_LEG_SHARE = env_float("TASKDESK_TENANT_LEG_SHARE", 0.5, minimum=0)
 TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=2)
 TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")
 TASKDESK_DEMO_EXPORT_SECONDS = env_float("TASKDESK_DEMO_EXPORT_SECONDS", 3.0, minimum=0)

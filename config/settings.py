@@ -583,6 +583,10 @@ TASKDESK_CALL_RATE = env_rate("TASKDESK_CALL_RATE")
 # Bounds on what one client can make the server hold (docs/operations.md, limits table): the
 # answers one tasks/update (or MRTR retry) may carry.
 TASKDESK_MAX_INPUT_RESPONSES = env_int("TASKDESK_MAX_INPUT_RESPONSES", 100, minimum=1)
+# The arguments a task keeps (checked at acceptance, -32602) and the result it keeps (a larger
+# one fails the task), each as compact JSON.
+TASKDESK_MAX_ARGUMENT_BYTES = env_int("TASKDESK_MAX_ARGUMENT_BYTES", 512 * 1024, minimum=1024)
+TASKDESK_MAX_RESULT_BYTES = env_int("TASKDESK_MAX_RESULT_BYTES", 1024 * 1024, minimum=1024)
 # How long an MRTR requestState (answers collected by a synchronous call) stays valid.
 TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimum=1)
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client

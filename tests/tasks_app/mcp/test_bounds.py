@@ -14,7 +14,8 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from elicitations.models import InputRequest, RequestStatus
-from tasks_app.models import McpReply, McpSession, TaskEvent
+from tasks_app.models import McpReply, McpSession, Task, TaskEvent
+from tasks_app.testing import leg, submit
 from tests.tasks_app.mcp.conftest import Session
 from tests.tasks_app.mcp.test_tasks import ask, create
 from tests.wire import (
@@ -191,3 +192,36 @@ def test_a_synchronous_call_keeps_only_the_reply_it_waits_for(mcp) -> None:  # t
     assert "Alice" in json.dumps(seen[-1]["result"])
     # Nothing is left behind: the answer was read, the stray never kept.
     assert not McpReply.objects.exists()
+
+
+# --- what one task keeps ------------------------------------------------------------------
+
+
+def test_arguments_over_the_limit_are_refused_naming_it(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_MAX_ARGUMENT_BYTES = 2048
+    big = {"text": "a" * 3000, "seconds": 0}
+    response = mcp.call("tools/call", {"name": "slow_echo", "arguments": big}, tasks=True)
+    assert response.status_code == 400
+    error = error_of(response)
+    assert error["code"] == -32602
+    assert "TASKDESK_MAX_ARGUMENT_BYTES" in error["message"] and "2048" in error["message"]
+    assert error["data"]["reason"] == "arguments_too_large"
+    assert not Task.objects.exists()
+    fits = {"text": "a" * 1000, "seconds": 0}
+    created = result_of(
+        mcp.call("tools/call", {"name": "slow_echo", "arguments": fits}, tasks=True)
+    )
+    assert created["status"] == "working"
+
+
+def test_a_result_over_the_limit_fails_the_task_naming_it(alice, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_MAX_RESULT_BYTES = 2048
+    too_big = submit(alice, "slow_echo", text="r" * 3000, seconds=0)
+    fits = submit(alice, "slow_echo", text="r" * 1000, seconds=0)
+    leg(too_big)
+    leg(fits)
+    assert too_big.status == "failed" and too_big.result is None
+    assert too_big.error["data"]["reason"] == "result_too_large"
+    assert too_big.error["data"]["limit"] == 2048
+    assert "TASKDESK_MAX_RESULT_BYTES" in too_big.error["message"]
+    assert fits.status == "completed"

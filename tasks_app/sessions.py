@@ -62,7 +62,13 @@ def _make_room(client: Client) -> int:
     cap = settings.TASKDESK_MAX_SESSIONS_PER_CLIENT
     if not cap:
         return 0
-    list(Client.objects.select_for_update().filter(pk=client.pk).values_list("pk", flat=True))
+    # FOR NO KEY UPDATE: initializes of one client wait for each other, while the client's
+    # task inserts (which take FOR KEY SHARE on it through the foreign key) do not.
+    list(
+        Client.objects.select_for_update(no_key=True)
+        .filter(pk=client.pk)
+        .values_list("pk", flat=True)
+    )
     oldest = list(
         McpSession.objects.filter(client=client)
         .order_by("-last_seen_at", "-created_at")

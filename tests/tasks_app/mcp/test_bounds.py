@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import secrets
 import time
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 import pytest
@@ -225,3 +226,19 @@ def test_a_result_over_the_limit_fails_the_task_naming_it(alice, settings) -> No
     assert too_big.error["data"]["limit"] == 2048
     assert "TASKDESK_MAX_RESULT_BYTES" in too_big.error["message"]
     assert fits.status == "completed"
+
+
+@pytest.mark.postgres
+def test_racing_initializes_of_one_client_stay_at_the_cap(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_MAX_SESSIONS_PER_CLIENT = 5
+
+    def opener() -> list[int]:
+        try:
+            return [_initialize(mcp).status_code for _ in range(10)]
+        finally:
+            connection.close()
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = [s for codes in pool.map(lambda _: opener(), range(4)) for s in codes]
+    assert statuses == [200] * 40
+    assert McpSession.objects.filter(client__name="alice").count() == 5

@@ -205,8 +205,9 @@ class TaskContext(ToolContext):
         return task
 
     def checkpoint(self, *, fresh: bool = False) -> None:
-        """Raise if the leg must stop: lease lost, time limit passed, or cancellation
-        requested (the last one not inside an effect body: an effect in flight settles)."""
+        """Raise if the leg must stop: lease lost, time limit passed, cancellation requested,
+        or its tenant over its share of the running legs while another waits (the last two
+        not inside an effect body: an effect in flight settles)."""
         if self.lease is not None and self.lease.lost.is_set():
             raise LeaseLost(f"task {self.task_id}: another leg took the lease over")
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -216,18 +217,18 @@ class TaskContext(ToolContext):
         if self.task.status == Status.CANCELLED:  # a leg that undoes a cancelled task's effects
             raise Cancelled(f"task {self.task_id} was cancelled")
         now = time.monotonic()
+        if fresh or now - self._cancel_checked_at >= CANCEL_POLL_SECONDS:
+            self._cancel_checked_at = now
+            with self.shielded():
+                requested = Task.objects.filter(
+                    pk=self.task_id, cancel_requested_at__isnull=False
+                ).exists()
+            if requested:
+                raise Cancelled(f"cancellation of task {self.task_id} was requested")
+        # After the cancellation check: a cancelled task stops rather than gives way.
         if now - self._share_checked_at >= SHARE_POLL_SECONDS:
             self._share_checked_at = now
             self._give_way_if_over_share()
-        if not fresh and now - self._cancel_checked_at < CANCEL_POLL_SECONDS:
-            return
-        self._cancel_checked_at = now
-        with self.shielded():
-            requested = Task.objects.filter(
-                pk=self.task_id, cancel_requested_at__isnull=False
-            ).exists()
-        if requested:
-            raise Cancelled(f"cancellation of task {self.task_id} was requested")
 
     def _give_way_if_over_share(self) -> None:
         """End this leg, to run again later, when its tenant holds more than its share of the

@@ -545,11 +545,23 @@ TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT = env_int(
     "TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT", 10_000, minimum=0
 )
 TASKDESK_CALL_RATE = env_rate("TASKDESK_CALL_RATE")
+# Bounds on what one client can make the server hold (docs/operations.md, limits table): the
+# answers one tasks/update (or MRTR retry) may carry.
+TASKDESK_MAX_INPUT_RESPONSES = env_int("TASKDESK_MAX_INPUT_RESPONSES", 100, minimum=1)
+# The arguments a task keeps (checked at acceptance, -32602) and the result it keeps (a larger
+# one fails the task), each as compact JSON.
+TASKDESK_MAX_ARGUMENT_BYTES = env_int("TASKDESK_MAX_ARGUMENT_BYTES", 512 * 1024, minimum=1024)
+TASKDESK_MAX_RESULT_BYTES = env_int("TASKDESK_MAX_RESULT_BYTES", 1024 * 1024, minimum=1024)
 # How long an MRTR requestState (answers collected by a synchronous call) stays valid.
 TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimum=1)
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client
 # initializes again). Tasks belong to the client and are not affected.
 TASKDESK_SESSION_IDLE_SECONDS = env_int("TASKDESK_SESSION_IDLE_SECONDS", 24 * 3600, minimum=1)
+# Sessions one client keeps at most (0: no cap); an initialize beyond it forgets the client's
+# least recently used session. What initialize declares (capabilities, clientInfo) is kept
+# for the session's life: each may be at most this many bytes of JSON.
+TASKDESK_MAX_SESSIONS_PER_CLIENT = env_int("TASKDESK_MAX_SESSIONS_PER_CLIENT", 100, minimum=0)
+TASKDESK_MAX_SESSION_INFO_BYTES = env_int("TASKDESK_MAX_SESSION_INFO_BYTES", 16 * 1024, minimum=256)
 # Open SSE streams (GET streams, blocking tasks/result) one web process holds at most
 # (default: the held threads the synchronous runs leave); beyond it the answer is 429 busy
 # with Retry-After. A held stream ends after TASKDESK_STREAM_SECONDS (the client resumes
@@ -564,6 +576,10 @@ TASKDESK_KEEPALIVE_SECONDS = env_float("TASKDESK_KEEPALIVE_SECONDS", 15.0, minim
 # 2025-11-25 tasks/cancel moves the task to cancelled before it answers: how long it waits
 # for a running leg to reach its next checkpoint.
 TASKDESK_CANCEL_WAIT_SECONDS = env_float("TASKDESK_CANCEL_WAIT_SECONDS", 10.0, minimum=0)
+# While another tenant has a task waiting, one tenant holds at most this share of the running
+# legs (at least one): a leg beyond it gives its worker back at its next checkpoint and runs
+# again later (its journal replays). 1 turns this off.
+TASKDESK_TENANT_LEG_SHARE = env_float("TASKDESK_TENANT_LEG_SHARE", 0.5, minimum=0)
 TASKDESK_WORKER_STALE_SECONDS = env_int("TASKDESK_WORKER_STALE_SECONDS", 60, minimum=2)
 TASKDESK_EXPORT_DIR = Path(env_str("TASKDESK_EXPORT_DIR") or VAR_DIR / "exports")
 TASKDESK_DEMO_EXPORT_SECONDS = env_float("TASKDESK_DEMO_EXPORT_SECONDS", 3.0, minimum=0)

@@ -22,6 +22,7 @@ limit trusts that for a while (``_ActiveCounts``); near the limit it counts on e
 from __future__ import annotations
 
 import hashlib
+import json
 import threading
 import time
 from dataclasses import dataclass
@@ -81,6 +82,17 @@ class ActiveTaskLimit(AcceptanceError):
         self.limit = limit
 
 
+class ArgumentsTooLarge(AcceptanceError):
+    """The arguments are larger than a task may keep (``TASKDESK_MAX_ARGUMENT_BYTES``)."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(
+            f"The arguments are {size} bytes of JSON; a task keeps at most {limit} "
+            "(TASKDESK_MAX_ARGUMENT_BYTES): pass a reference to large data instead",
+            {"reason": "arguments_too_large", "bytes": size, "limit": limit},
+        )
+
+
 class InvalidToolArguments(AcceptanceError, InvalidArguments):
     """The arguments do not fit the tool's input schema (or cannot be fingerprinted)."""
 
@@ -127,6 +139,11 @@ def fingerprint(tool: ToolSpec, normalized: dict[str, Any]) -> str:
     """
     material = {k: v for k, v in normalized.items() if k != tool.key_argument}
     return digest({"tool": tool.name, "arguments": material})
+
+
+def json_size(value: Any) -> int:
+    """How many bytes VALUE takes as compact JSON (as it is stored, near enough)."""
+    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
 
 
 def _normalize(tool: ToolSpec, arguments: object) -> dict[str, Any]:
@@ -185,6 +202,9 @@ def _accept(
             {"reason": "idempotency_key_required"},
         )
     normalized = _normalize(tool, arguments)
+    size = json_size(normalized)
+    if size > settings.TASKDESK_MAX_ARGUMENT_BYTES:
+        raise ArgumentsTooLarge(size, settings.TASKDESK_MAX_ARGUMENT_BYTES)
     value, carrier = (key.value, key.carrier) if key else (None, None)
     limit = settings.TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT
     if limit and _at_active_limit(client, limit) and not _key_used(client, value):

@@ -541,11 +541,12 @@ class McpSession(models.Model):
 
 class McpReply(models.Model):
     """A client's JSON-RPC response to a request the server sent on a session's stream,
-    waiting for the web process that asked (which may be another process)."""
+    waiting for the web process that asked (which may be another process). Created without
+    a body when the request is sent (the server awaits it); only such a row takes a body."""
 
     session = models.ForeignKey(McpSession, on_delete=models.CASCADE, related_name="replies")
     request_id = models.CharField(max_length=200)
-    body = models.JSONField()
+    body = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField()
 
     class Meta:

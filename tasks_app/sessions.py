@@ -6,23 +6,33 @@ session by its ``Mcp-Session-Id`` and forgets it once it has been idle longer th
 client: tasks and idempotency keys belong to the client, so they outlive every session.
 
 Replies (``McpReply``) are the client's JSON-RPC responses to requests the server sent on a
-session's stream; whichever web process receives the POST stores them, and the process that
-asked reads them. A ``notifications/cancelled`` is kept in the shared cache
+session's stream. The process that sends such a request first records its id as awaited
+(``await_replies``: a row with no body); whichever web process receives the POST fills that
+row (``store_reply``), and the process that asked reads it (``take_replies``) and forgets
+what is left when it stops waiting (``forget_replies``). A response whose id the session is
+not waiting for is dropped, so a client cannot make the server keep what nobody reads.
+
+A client keeps at most ``TASKDESK_MAX_SESSIONS_PER_CLIENT`` sessions: ``open_session`` of
+one more forgets the client's least recently used one(s) first (never a refusal; a client
+still using a forgotten session gets 404 and initializes again, as the transport says). A ``notifications/cancelled`` is kept in the shared cache
 (``cancel_request``) for the process that runs the request to see at its next check.
 """
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.utils import timezone
 
 from tasks_app.models import Client, McpReply, McpSession
+
+log = logging.getLogger("tasks_app.sessions")
 
 
 def _idle() -> timedelta:
@@ -32,15 +42,49 @@ def _idle() -> timedelta:
 def open_session(
     *, client: Client, protocol_version: str, capabilities: dict[str, Any], client_info: Any
 ) -> McpSession:
-    now = timezone.now()
-    return McpSession.objects.create(
-        client=client,
-        protocol_version=protocol_version,
-        capabilities=capabilities,
-        client_info=client_info if isinstance(client_info, dict) else {},
-        created_at=now,
-        last_seen_at=now,
+    with transaction.atomic():
+        _make_room(client)
+        now = timezone.now()
+        return McpSession.objects.create(
+            client=client,
+            protocol_version=protocol_version,
+            capabilities=capabilities,
+            client_info=client_info if isinstance(client_info, dict) else {},
+            created_at=now,
+            last_seen_at=now,
+        )
+
+
+def _make_room(client: Client) -> int:
+    """Forget CLIENT's least recently used sessions until one more fits under the cap; return
+    how many went. The client's row is locked first, so that racing initializes of one client
+    cannot together pass the cap (other clients are not held up)."""
+    cap = settings.TASKDESK_MAX_SESSIONS_PER_CLIENT
+    if not cap:
+        return 0
+    # FOR NO KEY UPDATE: initializes of one client wait for each other, while the client's
+    # task inserts (which take FOR KEY SHARE on it through the foreign key) do not.
+    list(
+        Client.objects.select_for_update(no_key=True)
+        .filter(pk=client.pk)
+        .values_list("pk", flat=True)
     )
+    oldest = list(
+        McpSession.objects.filter(client=client)
+        .order_by("-last_seen_at", "-created_at")
+        .values_list("pk", flat=True)[cap - 1 :]
+    )
+    if not oldest:
+        return 0
+    McpSession.objects.filter(pk__in=oldest).delete()
+    log.info(
+        "client %s is at its %d sessions (TASKDESK_MAX_SESSIONS_PER_CLIENT): forgot the %d "
+        "least recently used",
+        client.name,
+        cap,
+        len(oldest),
+    )
+    return len(oldest)
 
 
 def live_session(*, client: Client, session_id: str) -> McpSession | None:
@@ -78,25 +122,40 @@ def purge_idle(now: Any = None) -> int:
     return int(deleted)
 
 
+def await_replies(*, session_id: str, request_ids: list[str]) -> None:
+    """Record that the server is about to send the requests REQUEST_IDS on SESSION_ID and
+    waits for their responses (before sending them, so that no response comes too early)."""
+    now = timezone.now()
+    McpReply.objects.bulk_create(
+        [McpReply(session_id=session_id, request_id=rid, created_at=now) for rid in request_ids]
+    )
+
+
 def store_reply(*, session: McpSession, request_id: str, body: dict[str, Any]) -> bool:
-    """Keep the client's response to the server's request REQUEST_ID; False if one is there
-    already (the first one counts)."""
-    try:
-        with transaction.atomic():
-            McpReply.objects.create(
-                session=session, request_id=request_id, body=body, created_at=timezone.now()
-            )
-    except IntegrityError:
-        return False
-    return True
+    """Keep the client's response to the server's request REQUEST_ID if the session is
+    waiting for it; False when it is not (an id the server never sent, or sent and no longer
+    waits for) or when it has one already (the first one counts). Nothing is kept then."""
+    kept = McpReply.objects.filter(
+        session=session, request_id=request_id, body__isnull=True
+    ).update(body=body, created_at=timezone.now())
+    return bool(kept)
 
 
 def take_replies(*, session_id: str, request_ids: list[str]) -> dict[str, dict[str, Any]]:
     """The stored replies among REQUEST_IDS, removed as they are read."""
-    rows = list(McpReply.objects.filter(session_id=session_id, request_id__in=request_ids))
+    rows = list(
+        McpReply.objects.filter(
+            session_id=session_id, request_id__in=request_ids, body__isnull=False
+        )
+    )
     if rows:
         McpReply.objects.filter(pk__in=[r.pk for r in rows]).delete()
-    return {r.request_id: r.body for r in rows}
+    return {r.request_id: r.body for r in rows if r.body is not None}
+
+
+def forget_replies(*, session_id: str, request_ids: list[str]) -> None:
+    """Stop waiting for REQUEST_IDS: a response that comes later is dropped."""
+    McpReply.objects.filter(session_id=session_id, request_id__in=request_ids).delete()
 
 
 # --- requests the client cancelled (notifications/cancelled) ---------------------------------

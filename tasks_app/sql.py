@@ -37,6 +37,7 @@ expired by the database's clock.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 import weakref
@@ -540,6 +541,44 @@ class Portable:
             ORDER BY CASE WHEN (SELECT count(*) FROM candidates) > 1 THEN ({running}) ELSE 0 END,
                 id
             LIMIT 1"""
+
+    # --- a tenant's share of the running legs ------------------------------------------------
+
+    def over_share(self, *, task_id: str, tenant_id: int, share: float) -> bool:
+        """Whether the leg of TASK_ID (of tenant TENANT_ID) should give its worker back: its
+        tenant holds more than SHARE of the running legs (and more than one), this is the
+        one leg of that tenant chosen to go (the greatest task id, so that legs go one at a
+        time), and another tenant that holds at least two legs fewer has a record waiting.
+
+        The fair claim (``_fair_next``) then gives the freed worker to the waiting tenant
+        with the fewest legs. The "two fewer" keeps two tenants from trading a leg back and
+        forth. The first statement reads only leased tasks (the task_leased index); the
+        second, only when this leg is one too many, probes each other tenant's oldest waiting
+        record (dispatch_waiting_tenant), as the claim does.
+        """
+        t = self._tables
+        with self.db.cursor() as cursor:
+            cursor.execute(
+                f"SELECT c.tenant_id, count(*), max(rt.id) FROM {t['task']} rt "
+                f"JOIN {t['client']} c ON c.id = rt.client_id "
+                f"WHERE rt.lease_expires_at > {self._db_now} GROUP BY c.tenant_id",
+                [],
+            )
+            running = {tenant: (legs, newest) for tenant, legs, newest in cursor.fetchall()}
+            legs, newest = running.get(tenant_id, (0, None))
+            total = sum(n for n, _ in running.values())
+            if newest != task_id or legs <= max(1, math.floor(share * total)):
+                return False
+            busy = [tenant for tenant, (n, _) in running.items() if tenant is not None]
+            busy = [tenant for tenant in busy if running[tenant][0] >= legs - 1]
+            marks = ", ".join(["%s"] * len(busy))
+            cursor.execute(
+                f"SELECT 1 FROM {t['tenant']} tn WHERE tn.id NOT IN ({marks}) AND EXISTS ("
+                f"SELECT 1 FROM {t['dispatch']} d WHERE d.tenant_id = tn.id "
+                "AND d.consumed_at IS NULL) LIMIT 1",
+                busy,
+            )
+            return cursor.fetchone() is not None
 
     # How _fair_next reads the record of each head: by its primary key.
     _head_record = "JOIN {dispatch} d ON d.id = heads.id"

@@ -12,8 +12,10 @@ stray session id beside a 2026 header is ignored.
 The transport rules of the 2025 wire, in the order they are checked:
 
 - ``initialize`` negotiates the version (the client's if it is one of ours, else 2025-11-25)
-  and opens a session (``tasks_app.sessions``, in the database), named in the response's
-  ``Mcp-Session-Id`` header;
+  and opens a session (``tasks_app.sessions``, in the database; at most
+  ``TASKDESK_MAX_SESSIONS_PER_CLIENT`` a client, and ``capabilities`` and ``clientInfo`` of at
+  most ``TASKDESK_MAX_SESSION_INFO_BYTES`` each), named in the response's ``Mcp-Session-Id``
+  header;
 - every later request carries that header: missing -> 400, unknown, another client's or
   idle too long -> 404 (the client initializes again);
 - ``MCP-Protocol-Version``, when sent, must be one of the handshake versions (else 400;
@@ -21,7 +23,8 @@ The transport rules of the 2025 wire, in the order they are checked:
   negotiation, as clients hard-code older values);
 - notifications and the client's responses answer 202. A response to a question of a task
   (id ``taskdesk-q:<task>:<key>``) is that question's answer (``elicitations.transitions``,
-  first answer wins); any other response is stored for the request that waits for it;
+  first answer wins); a response to a synchronous call's question is stored for the request
+  that waits for it; any other response is dropped (nothing waits for it);
 - errors of a method are JSON-RPC errors with HTTP 200 (the TS and Python SDKs read error
   codes only from a 2xx body); transport errors keep their HTTP status;
 - a result is JSON, or one SSE event when ``Accept`` lists ``text/event-stream`` first.
@@ -34,6 +37,7 @@ responses; the function then runs again with them (``_rounds``).
 
 from __future__ import annotations
 
+import json
 import logging
 import secrets
 import threading
@@ -181,6 +185,7 @@ class HandshakeEra(eras.ProtocolEra):
             data = validate(InitializeParams, params)
         except McpError as exc:
             return _rpc_error(request_id, exc)
+        _check_sizes(data)
         requested = data["protocolVersion"]
         version = requested if requested in VERSIONS else LATEST
         session = sessions.open_session(
@@ -356,6 +361,20 @@ def _cancel(session: McpSession, params: Any) -> None:
     log.info("request %r of session %s cancelled by the client", request_id, session.pk[:8])
 
 
+def _check_sizes(data: dict[str, Any]) -> None:
+    """A session keeps what ``initialize`` declared for its whole life: refuse (400, -32602)
+    a ``capabilities`` or ``clientInfo`` larger than ``TASKDESK_MAX_SESSION_INFO_BYTES``."""
+    limit = settings.TASKDESK_MAX_SESSION_INFO_BYTES
+    for field in ("capabilities", "clientInfo"):
+        size = len(json.dumps(data[field], separators=(",", ":")).encode())
+        if size > limit:
+            raise InvalidParams(
+                f"params.{field} is {size} bytes of JSON; a session keeps at most {limit} "
+                "(TASKDESK_MAX_SESSION_INFO_BYTES): declare only what the server needs",
+                data={"field": f"params.{field}", "bytes": size, "limit": limit},
+            )
+
+
 def _prime(resume_id: str | None) -> bytes:
     if resume_id is None:
         return b""
@@ -436,6 +455,22 @@ def _ask(
     withdrawn = sessions.cancel_check(session_id=session.pk, request_id=call.id)
     round_id = secrets.token_urlsafe(9)
     ids = {f"{SYNC_REQUEST_PREFIX}{round_id}:{key}": key for key in requests}
+    # Only responses to ids the session awaits are kept (sessions.store_reply).
+    sessions.await_replies(session_id=session.pk, request_ids=list(ids))
+    try:
+        return _await_answers(requests, ids, session, emit, cancelled, withdrawn)
+    finally:
+        sessions.forget_replies(session_id=session.pk, request_ids=list(ids))
+
+
+def _await_answers(
+    requests: dict[str, dict[str, Any]],
+    ids: dict[str, str],
+    session: McpSession,
+    emit: Emit,
+    cancelled: threading.Event,
+    withdrawn: Callable[[], bool],
+) -> dict[str, Any]:
     for request_id, key in ids.items():
         body = requests[key]
         params = dict(body.get("params") or {})

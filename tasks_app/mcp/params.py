@@ -18,6 +18,7 @@ import functools
 from typing import Annotated, Any, Literal, NotRequired
 
 import pydantic
+from django.conf import settings
 from pydantic import BeforeValidator, ConfigDict, Field, StringConstraints
 from typing_extensions import TypedDict
 
@@ -28,10 +29,24 @@ def _null_is_empty(value: Any) -> Any:
     return {} if value is None else value
 
 
+def _few_responses(value: Any) -> Any:
+    """Refuse more than ``TASKDESK_MAX_INPUT_RESPONSES`` answers before any is validated, so
+    a request with thousands of keys costs a length check, not a walk through them."""
+    limit = settings.TASKDESK_MAX_INPUT_RESPONSES
+    if isinstance(value, dict) and len(value) > limit:
+        raise ValueError(
+            f"At most {limit} answers may be sent in one request "
+            f"(TASKDESK_MAX_INPUT_RESPONSES), not {len(value)}; send them in smaller batches."
+        )
+    return value
+
+
 # A non-blank string of at most 200 characters (a name, a task id).
 Name = Annotated[str, StringConstraints(min_length=1, max_length=200)]
 # A JSON object, where null counts as absent.
 ObjectOrNull = Annotated[dict[str, Any], BeforeValidator(_null_is_empty)]
+# inputResponses: at most TASKDESK_MAX_INPUT_RESPONSES answers, each an object.
+InputResponses = Annotated[dict[str, dict[str, Any]], BeforeValidator(_few_responses)]
 
 
 class Params(pydantic.BaseModel):
@@ -45,7 +60,7 @@ class ListParams(Params):
 class MrtrParams(Params):
     """The retry fields of a request that may answer with ``input_required`` (SEP-2322)."""
 
-    inputResponses: dict[str, dict[str, Any]] = None  # type: ignore[assignment]
+    inputResponses: InputResponses = None  # type: ignore[assignment]
     requestState: Annotated[str, StringConstraints(min_length=1, max_length=64 * 1024)] = None  # type: ignore[assignment]
 
 
@@ -74,7 +89,7 @@ class TaskParams(Params):
 
 
 class TasksUpdateParams(TaskParams):
-    inputResponses: dict[str, dict[str, Any]]
+    inputResponses: InputResponses
 
 
 class InitializeParams(Params):
@@ -150,6 +165,8 @@ def _message(error: Any) -> str:
         return f"Ensure this field has no more than {ctx['max_length']} characters."
     if kind == "literal_error":
         return f"Must be one of {ctx['expected']}."
+    if kind == "value_error":
+        return str(ctx.get("error") or error["msg"])
     return str(error["msg"])
 
 

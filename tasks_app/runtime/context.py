@@ -58,6 +58,7 @@ from tasks_app.runtime.errors import (
     RetryScheduled,
     Suspended,
     TimeLimitExceeded,
+    Yielded,
 )
 from tasks_app.runtime.retries import ATTEMPTS, RETRY_AT
 from tasks_app.tools import Answer, Cancelled, Question, Retry, StepFailed, ToolContext, ToolSpec
@@ -71,6 +72,10 @@ log = logging.getLogger("tasks_app.runtime")
 # checkpoints (``ctx.chunks``) then costs at most ten reads a second; a cancelled
 # ``slow_echo`` still stops within a fifth of a second of the request.
 CANCEL_POLL_SECONDS = 0.1
+# How often a running leg asks whether its tenant holds more than its share of the running
+# legs while another tenant waits (TASKDESK_TENANT_LEG_SHARE); a leg shorter than this never
+# asks.
+SHARE_POLL_SECONDS = 0.5
 # Progress is a status-message write; more often than this is noise nobody can read.
 PROGRESS_WRITE_SECONDS = 0.25
 NAME_MAX = 200
@@ -151,6 +156,7 @@ class TaskContext(ToolContext):
         # counts as the first poll (CANCEL_POLL_SECONDS).
         self._cancel_checked_at = time.monotonic() if cancel_checked else float("-inf")
         self._progress_written_at = float("-inf")
+        self._share_checked_at = time.monotonic()
 
     @cached_property
     def _client(self) -> Client:
@@ -199,8 +205,9 @@ class TaskContext(ToolContext):
         return task
 
     def checkpoint(self, *, fresh: bool = False) -> None:
-        """Raise if the leg must stop: lease lost, time limit passed, or cancellation
-        requested (the last one not inside an effect body: an effect in flight settles)."""
+        """Raise if the leg must stop: lease lost, time limit passed, cancellation requested,
+        or its tenant over its share of the running legs while another waits (the last two
+        not inside an effect body: an effect in flight settles)."""
         if self.lease is not None and self.lease.lost.is_set():
             raise LeaseLost(f"task {self.task_id}: another leg took the lease over")
         if self.deadline is not None and time.monotonic() > self.deadline:
@@ -210,15 +217,43 @@ class TaskContext(ToolContext):
         if self.task.status == Status.CANCELLED:  # a leg that undoes a cancelled task's effects
             raise Cancelled(f"task {self.task_id} was cancelled")
         now = time.monotonic()
-        if not fresh and now - self._cancel_checked_at < CANCEL_POLL_SECONDS:
-            return
-        self._cancel_checked_at = now
+        if fresh or now - self._cancel_checked_at >= CANCEL_POLL_SECONDS:
+            self._cancel_checked_at = now
+            with self.shielded():
+                requested = Task.objects.filter(
+                    pk=self.task_id, cancel_requested_at__isnull=False
+                ).exists()
+            if requested:
+                raise Cancelled(f"cancellation of task {self.task_id} was requested")
+        # After the cancellation check: a cancelled task stops rather than gives way.
+        if now - self._share_checked_at >= SHARE_POLL_SECONDS:
+            self._share_checked_at = now
+            self._give_way_if_over_share()
+
+    def _give_way_if_over_share(self) -> None:
+        """End this leg, to run again later, when its tenant holds more than its share of the
+        running legs while another tenant's task waits (``leases.over_share``): the lease is
+        released and the task dispatched again, and the freed worker's next claim takes the
+        waiting tenant's task (the claim is fair across tenants)."""
         with self.shielded():
-            requested = Task.objects.filter(
-                pk=self.task_id, cancel_requested_at__isnull=False
-            ).exists()
-        if requested:
-            raise Cancelled(f"cancellation of task {self.task_id} was requested")
+            if not leases.over_share(self.task_id, self._client.tenant_id):
+                return
+            with transaction.atomic():
+                task = self.owned_task()  # the fence: a leg that lost its lease does nothing
+                leases.release(task.pk, self.owner, self.leg)
+                event(
+                    task,
+                    EventKind.LEG_SUSPENDED,
+                    actor_type=Actor.WORKER,
+                    actor=self.owner,
+                    leg=self.leg,
+                    reason="tenant_share",
+                )
+                dispatch.enqueue(task, reason="tenant_share")
+        log.info(
+            "leg gave way task=%s leg=%s: its tenant is over its share", self.task_id, self.leg
+        )
+        raise Yielded("gave its worker to another tenant's waiting task")
 
     def forbid_in_effect(self, call: str) -> None:
         if self.effect_in_flight is not None:

@@ -21,6 +21,7 @@ __all__ = [
     "RetryScheduled",
     "Suspended",
     "TimeLimitExceeded",
+    "Yielded",
 ]
 
 
@@ -36,6 +37,12 @@ class Suspended(LegInterrupt):
 class RetryScheduled(LegInterrupt):
     """A step failed and will be retried: the failed attempt, the status message and the
     released lease are committed, and the next leg is scheduled for when the wait is over."""
+
+
+class Yielded(RetryScheduled):
+    """The leg gave its worker to another tenant's waiting task (``TASKDESK_TENANT_LEG_SHARE``):
+    the released lease and a new dispatch record of the task are committed; the next leg
+    replays the journal, as after any interrupted leg."""
 
 
 class AwaitingReconciliation(LegInterrupt):

@@ -191,6 +191,16 @@ def waiting() -> bool:
     return Dispatch.objects.filter(consumed_at__isnull=True).exists()
 
 
+def over_share(task_id: str, tenant_id: int | None) -> bool:
+    """Whether the leg of TASK_ID should give its worker to another tenant's waiting task
+    (``TASKDESK_TENANT_LEG_SHARE``; ``sql.Portable.over_share``). Never for a task of no
+    tenant, nor with the share at 1 (off)."""
+    share = float(settings.TASKDESK_TENANT_LEG_SHARE)
+    if tenant_id is None or share >= 1:
+        return False
+    return sql.hot_path().over_share(task_id=task_id, tenant_id=tenant_id, share=share)
+
+
 def release(task_id: str, owner: str, leg: int) -> bool:
     """Give up OWNER's lease of generation LEG (inside the caller's transaction, which has
     checked the fence with ``lock``). Return False if it was lost."""

@@ -21,6 +21,7 @@ presumed dead (and replaced) never ends a task.
 from __future__ import annotations
 
 import enum
+import json
 import logging
 import signal
 import threading
@@ -267,6 +268,18 @@ def _call(ctx: TaskContext) -> Ending:
 
 
 def _completed(result: dict[str, Any]) -> Ending:
+    size = len(json.dumps(result, separators=(",", ":"), default=str).encode())
+    limit = settings.TASKDESK_MAX_RESULT_BYTES
+    if size > limit:
+        # Not kept: the task fails, naming the limit, and its effects are undone as for any
+        # failure (a result nobody can be given is no outcome).
+        message = (
+            f"The result is {size} bytes of JSON; a task keeps at most {limit} "
+            "(TASKDESK_MAX_RESULT_BYTES): return a reference to large data instead"
+        )
+        data = {"reason": "result_too_large", "bytes": size, "limit": limit}
+        error = {"code": INTERNAL_ERROR, "message": message, "data": data}
+        return Ending(LegOutcome.FAILED, error=error, compensate=True)
     # A tool error (isError) undoes the task's effects, as a failure does.
     return Ending(LegOutcome.COMPLETED, result=result, compensate=bool(result.get("isError")))
 

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import transaction
+
 from elicitations import transitions as elicitation_transitions
-from elicitations.models import Audience, Channel, RequestStatus
+from elicitations.models import Audience, Channel, InputRequest, RequestStatus
 from tasks_app import logcontext, selectors, transitions
 from tasks_app.mcp import limits, wire
 from tasks_app.mcp.auth import PollThrottle
@@ -56,11 +58,26 @@ def tasks_update(call: Call) -> dict[str, Any]:
     task = _task(call)
     # Unknown, already answered or invalid keys are ignored (the ack promises nothing); the
     # elicitations app records each outcome on the task's timeline, and the task resumes
-    # once nothing is pending.
-    for key, response in call.data["inputResponses"].items():
-        elicitation_transitions.answer(
-            task=task, key=key, response=response, channel=Channel.TASKS_UPDATE, client=call.client
+    # once nothing is pending. At most TASKDESK_MAX_INPUT_RESPONSES keys (params.py), all in
+    # one transaction; keys the task never asked are dropped with one query, not one lock each.
+    responses = call.data["inputResponses"]
+    if not responses:
+        return {}
+    with transaction.atomic():
+        asked = set(
+            InputRequest.objects.filter(task_id=task.pk, key__in=list(responses)).values_list(
+                "key", flat=True
+            )
         )
+        for key, response in responses.items():
+            if key in asked:
+                elicitation_transitions.answer(
+                    task=task,
+                    key=key,
+                    response=response,
+                    channel=Channel.TASKS_UPDATE,
+                    client=call.client,
+                )
     return {}
 
 

@@ -520,14 +520,19 @@ def test_a_result_stream_closes_and_resumes_by_get_with_last_event_id(mcp, setti
 
 
 def test_responses_to_the_server_are_accepted_and_kept_once(mcp) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app import sessions
     from tasks_app.models import McpReply
 
     session = Session(mcp)
+    sessions.await_replies(session_id=session.id, request_ids=["taskdesk-s:abc:key"])
     reply = {"jsonrpc": "2.0", "id": "taskdesk-s:abc:key", "result": {"action": "accept"}}
     assert session.post(reply).status_code == 202
     assert session.post({**reply, "result": {"action": "decline"}}).status_code == 202
     kept = McpReply.objects.get()
     assert (kept.request_id, kept.body["result"]) == ("taskdesk-s:abc:key", {"action": "accept"})
+    # A response to an id the server is not waiting for is accepted and dropped.
+    assert session.post({**reply, "id": "taskdesk-s:abc:other"}).status_code == 202
+    assert McpReply.objects.count() == 1
     # An error response with a null id (the client could not read a request) is accepted too.
     failed = {"jsonrpc": "2.0", "id": None, "error": {"code": -32700, "message": "parse"}}
     assert session.post(failed).status_code == 202

@@ -282,13 +282,11 @@ def sends_token(request: HttpRequest) -> bool:
     """Whether REQUEST sends ``TASKDESK_METRICS_TOKEN`` (set) as its bearer token. Compared as
     UTF-8 bytes: a token with characters outside ASCII is a wrong token, not an error."""
     token = settings.TASKDESK_METRICS_TOKEN
+    if not token:
+        return False
     scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
-    return (
-        bool(token)
-        and scheme.lower() == "bearer"
-        and hmac.compare_digest(
-            sent.strip().encode("utf-8", "surrogatepass"), token.encode("utf-8")
-        )
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        sent.strip().encode("utf-8", "surrogatepass"), token.encode("utf-8")
     )
 
 

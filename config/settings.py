@@ -287,9 +287,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 # Login throttling (django-axes): after TASKDESK_LOGIN_FAILURE_LIMIT failed logins of one
-# username, that account is locked for TASKDESK_LOGIN_LOCKOUT_MINUTES, even for the right
-# password (the lockout page answers 429). Counted per username, wherever the attempts come
-# from; a successful login resets the count.
+# username from one address, that account is locked for TASKDESK_LOGIN_LOCKOUT_MINUTES from
+# that address, even for the right password (the lockout page answers 429). A successful
+# login resets the count.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -298,15 +298,16 @@ AXES_FAILURE_LIMIT = env_int("TASKDESK_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(
     minutes=env_float("TASKDESK_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1)
 )
-AXES_LOCKOUT_PARAMETERS = ["username"]
+# Counted per username and client address together: failures from one address lock that
+# address out of that account, and the account's owner elsewhere can still log in.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_HTTP_RESPONSE_CODE = 429
-# Behind the TLS proxy, the client's address is the first in X-Forwarded-For (it is logged
-# with each attempt; the lockout itself is per username).
-if env_bool("TASKDESK_BEHIND_TLS_PROXY", False):
-    AXES_IPWARE_PROXY_COUNT = 1
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+# The client's address: the socket's, or behind the TLS proxy the one the proxy added last to
+# X-Forwarded-For (tasks_app.operators.login_address).
+TASKDESK_BEHIND_TLS_PROXY = env_bool("TASKDESK_BEHIND_TLS_PROXY", False)
+AXES_CLIENT_IP_CALLABLE = "tasks_app.operators.login_address"
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/tasks/"

@@ -38,6 +38,21 @@ def operator_login_required(view: View) -> View:
     return wrapper
 
 
+def login_address(request: HttpRequest) -> str | None:
+    """The client address login attempts are counted against (``AXES_CLIENT_IP_CALLABLE``).
+
+    The socket's address; behind the TLS proxy (``TASKDESK_BEHIND_TLS_PROXY``), the last entry
+    of ``X-Forwarded-For``: the one the proxy added. The entries before it are whatever the
+    client sent, so taking one of them would let a client pick a fresh address per attempt.
+    """
+    if settings.TASKDESK_BEHIND_TLS_PROXY:
+        forwarded = str(request.META.get("HTTP_X_FORWARDED_FOR", "")).rsplit(",", 1)[-1].strip()
+        if forwarded:
+            return forwarded
+    address: str | None = request.META.get("REMOTE_ADDR")
+    return address
+
+
 # --- roles ----------------------------------------------------------------------------------
 #
 # Roles are Django groups; what a role may do is a set of permissions. The pages and actions

@@ -8,6 +8,7 @@ names the variable.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -127,9 +128,22 @@ def _generated_secret(path: Path) -> str:
     return path.read_text().strip()
 
 
+def _private_sqlite(path: Path) -> None:
+    """Make the SQLite database at PATH owner-only (0600), creating it empty if need be: it
+    holds session keys and password hashes. SQLite gives its -wal and -shm files the
+    database's mode; ones an earlier version left readable are narrowed too."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError, PermissionError):  # another owner's: as is
+            if file.stat().st_mode & 0o077:
+                file.chmod(0o600)
+
+
 # --- core -------------------------------------------------------------------------------
 
 VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or BASE_DIR / "var")
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only when this creates it
 DEBUG = env_bool("DEBUG", False)
 # A key generated here is this host's alone: processes on other hosts would generate their
 # own, and disagree about every signed value. /healthz warns when it is in use.
@@ -277,6 +291,8 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     )
     _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_taskdesk.sqlite3")
     Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    if not str(_db["NAME"]).startswith((":", "file:")):  # not in memory
+        _private_sqlite(Path(_db["NAME"]))
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -13,11 +13,13 @@ from django.contrib import admin
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
+from tasks_app import operators
 from tasks_app.models import (
     Client,
     ClientToken,
     Effect,
     JournalEntry,
+    Membership,
     PurgedTask,
     Task,
     TaskEvent,
@@ -58,10 +60,18 @@ class History:
         return False
 
 
+class MembershipInline(admin.TabularInline[Membership, Tenant]):
+    """The tenant's members and each one's role in this tenant."""
+
+    model = Membership
+    extra = 1
+    fields = ["user", "role"]
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin[Tenant]):
     list_display = ["slug", "created_at"]
-    filter_horizontal = ["members"]
+    inlines = [MembershipInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         qs = super().get_queryset(request)
@@ -125,6 +135,8 @@ class JournalInline(History, admin.TabularInline[JournalEntry, Task]):
 
 @admin.register(Task)
 class TaskAdmin(History, TenantScoped):
+    """Staff see the tasks of the tenants where their role lets them view tasks."""
+
     tenant_path = "client__tenant"
     list_display = ["id", "tool_name", "client", "status", "created_at"]
     list_filter = ["status", "tool_name", "era"]
@@ -132,6 +144,18 @@ class TaskAdmin(History, TenantScoped):
     list_select_related = ["client"]
     readonly_fields = [f.name for f in Task._meta.fields]
     inlines = [EffectInline, JournalInline, EventInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = admin.ModelAdmin.get_queryset(self, request)
+        tenants = operators.tenants_where(request.user, operators.VIEW_TASKS)
+        return qs if tenants is None else qs.filter(client__tenant_id__in=tenants)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        tenant = obj.client.tenant_id if obj is not None else None
+        return operators.may(request.user, operators.VIEW_TASKS, tenant)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
 
 
 @admin.register(PurgedTask)

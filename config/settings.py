@@ -8,6 +8,7 @@ one line that names the variable, its value and what it accepts.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import secrets
@@ -55,9 +56,22 @@ def _generated_secret(path: Path) -> str:
     return path.read_text().strip()
 
 
+def _private_sqlite(path: Path) -> None:
+    """Make the SQLite database at PATH owner-only (0600), creating it empty if need be: it
+    holds session keys and password hashes. SQLite gives its -wal and -shm files the
+    database's mode; ones an earlier version left readable are narrowed too."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    os.close(fd)
+    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
+        with contextlib.suppress(FileNotFoundError, PermissionError):  # another owner's: as is
+            if file.stat().st_mode & 0o077:
+                file.chmod(0o600)
+
+
 # --- core -------------------------------------------------------------------------------
 
 VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or BASE_DIR / "var")
+VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only when this creates it
 DEBUG = env_bool("DEBUG", False)
 # A key generated here is this host's alone: processes on other hosts would generate their
 # own, and disagree about every signed value. /healthz warns when it is in use.
@@ -216,6 +230,8 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     )
     _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_taskdesk.sqlite3")
     Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
+    if not str(_db["NAME"]).startswith((":", "file:")):  # not in memory
+        _private_sqlite(Path(_db["NAME"]))
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -226,9 +242,9 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
 ]
 # Login throttling (django-axes): after TASKDESK_LOGIN_FAILURE_LIMIT failed logins of one
-# username, that account is locked for TASKDESK_LOGIN_LOCKOUT_MINUTES, even for the right
-# password (the lockout page answers 429). Counted per username, wherever the attempts come
-# from; a successful login resets the count.
+# username from one address, that account is locked for TASKDESK_LOGIN_LOCKOUT_MINUTES from
+# that address, even for the right password (the lockout page answers 429). A successful
+# login resets the count.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
@@ -237,15 +253,16 @@ AXES_FAILURE_LIMIT = env_int("TASKDESK_LOGIN_FAILURE_LIMIT", 5, minimum=1)
 AXES_COOLOFF_TIME = timedelta(
     minutes=env_float("TASKDESK_LOGIN_LOCKOUT_MINUTES", 15.0, minimum=0.1)
 )
-AXES_LOCKOUT_PARAMETERS = ["username"]
+# Counted per username and client address together: failures from one address lock that
+# address out of that account, and the account's owner elsewhere can still log in.
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_TEMPLATE = "registration/locked_out.html"
 AXES_HTTP_RESPONSE_CODE = 429
-# Behind the TLS proxy, the client's address is the first in X-Forwarded-For (it is logged
-# with each attempt; the lockout itself is per username).
-if env_bool("TASKDESK_BEHIND_TLS_PROXY", False):
-    AXES_IPWARE_PROXY_COUNT = 1
-    AXES_IPWARE_META_PRECEDENCE_ORDER = ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"]
+# The client's address: the socket's, or behind the TLS proxy the one the proxy added last to
+# X-Forwarded-For (tasks_app.operators.login_address).
+TASKDESK_BEHIND_TLS_PROXY = env_bool("TASKDESK_BEHIND_TLS_PROXY", False)
+AXES_CLIENT_IP_CALLABLE = "tasks_app.operators.login_address"
 
 LOGIN_URL = "/accounts/login/"
 LOGIN_REDIRECT_URL = "/tasks/"

@@ -5,6 +5,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from elicitations.models import InputRequest
+from tasks_app import operators
 
 
 @admin.register(InputRequest)
@@ -18,11 +19,17 @@ class InputRequestAdmin(admin.ModelAdmin[InputRequest]):
     readonly_fields = [f.name for f in InputRequest._meta.fields]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[InputRequest]:
-        # Non-superuser staff see the questions of their tenants only.
+        # Non-superuser staff see the questions of the tenants their role there lets them see.
         qs = super().get_queryset(request)
-        if request.user.is_superuser:
-            return qs
-        return qs.filter(task__client__tenant__members=request.user.pk).distinct()
+        tenants = operators.tenants_where(request.user, operators.VIEW_QUESTIONS)
+        return qs if tenants is None else qs.filter(task__client__tenant_id__in=tenants)
+
+    def has_view_permission(self, request: HttpRequest, obj: InputRequest | None = None) -> bool:
+        tenant = obj.task.client.tenant_id if obj is not None else None
+        return operators.may(request.user, operators.VIEW_QUESTIONS, tenant)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False

@@ -1,9 +1,9 @@
 """Reads of input requests for the operator pages. The tenant check lives here.
 
-An operator with a role (``tasks_app.operators``) sees the questions of the tenants they
-belong to (``Tenant.members``); a superuser sees every tenant's. Only form-mode questions meant for an operator (audience
-``operator`` or ``any``) belong in the inbox: client-only and URL-mode questions are
-answered in the MCP client.
+An operator sees the questions of the tenants they have a role in (``tasks_app.operators``,
+``Membership.role``); a superuser sees every tenant's. Only form-mode questions meant for an
+operator (audience ``operator`` or ``any``) belong in the inbox: client-only and URL-mode
+questions are answered in the MCP client.
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ class InputRequestNotFound(Exception):
 
 def _for_operator(user: User | AnonymousUser) -> QuerySet[InputRequest]:
     qs = InputRequest.objects.filter(mode=Mode.FORM, audience__in=OPERATOR_AUDIENCES)
-    if not operators.may(user, operators.VIEW_QUESTIONS):
-        return qs.none()
-    if getattr(user, "is_superuser", False):
+    tenants = operators.tenants_where(user, operators.VIEW_QUESTIONS)
+    if tenants is None:  # a superuser
         return qs
-    if not isinstance(user, User):  # anonymous: no tenant
+    if not tenants:
         return qs.none()
-    return qs.filter(task__client__tenant__members=user)
+    return qs.filter(task__client__tenant_id__in=tenants)
 
 
 def inbox_for(*, user: User | AnonymousUser) -> QuerySet[InputRequest]:

@@ -240,7 +240,7 @@ def _refusal(
             and not task.client.tenant.members.filter(pk=user.pk).exists()
         ):
             return "the operator is not a member of the task's tenant"
-        if not operators.may(user, operators.ANSWER_QUESTIONS):
+        if not operators.may(user, operators.ANSWER_QUESTIONS, task.client.tenant_id):
             return "the operator's role may not answer questions"
         return None
     return f"{channel!r} is not an answer channel"

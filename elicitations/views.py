@@ -63,7 +63,9 @@ def _question_or_404(request: HtmxHttpRequest, request_id: int) -> InputRequest:
 @operator_login_required
 def answer(request: HtmxHttpRequest, request_id: int) -> HttpResponse:
     question = _question_or_404(request, request_id)
-    may_answer = operators.may(request.user, operators.ANSWER_QUESTIONS)
+    may_answer = operators.may(
+        request.user, operators.ANSWER_QUESTIONS, question.task.client.tenant_id
+    )
     if request.method == "POST":
         if not may_answer:  # the transition refuses too; this says why
             raise PermissionDenied("Your role lets you see questions, not answer them.")
@@ -168,7 +170,9 @@ def _page(
         "answer_summary": _summary(question),
         "task_outcome": _outcome(question.task),
         "now": timezone.now(),
-        "may_answer": operators.may(request.user, operators.ANSWER_QUESTIONS),
+        "may_answer": operators.may(
+            request.user, operators.ANSWER_QUESTIONS, question.task.client.tenant_id
+        ),
         "nav": "inbox",
     }
     return render(request, template, context, status=status)

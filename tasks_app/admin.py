@@ -10,14 +10,18 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import admin
-from django.db.models import QuerySet
+from django.contrib.auth import get_user_model
+from django.db.models import Q, QuerySet
 from django.http import HttpRequest
+from django.template.response import TemplateResponse
 
+from tasks_app import operators, tokens
 from tasks_app.models import (
     Client,
     ClientToken,
     Effect,
     JournalEntry,
+    Membership,
     PurgedTask,
     Task,
     TaskEvent,
@@ -58,10 +62,28 @@ class History:
         return False
 
 
+class MembershipInline(admin.TabularInline[Membership, Tenant]):
+    """The tenant's members and each one's role in this tenant. Non-superuser staff choose
+    among the users of their own tenants and those in no tenant yet, never a superuser or
+    someone only another tenant knows."""
+
+    model = Membership
+    extra = 1
+    fields = ["user", "role"]
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user" and not request.user.is_superuser:
+            users = get_user_model().objects.filter(is_superuser=False)
+            kwargs["queryset"] = users.filter(
+                Q(tenants__members=request.user.pk) | Q(tenants__isnull=True)
+            ).distinct()
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+
 @admin.register(Tenant)
 class TenantAdmin(admin.ModelAdmin[Tenant]):
     list_display = ["slug", "created_at"]
-    filter_horizontal = ["members"]
+    inlines = [MembershipInline]
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         qs = super().get_queryset(request)
@@ -71,7 +93,8 @@ class TenantAdmin(admin.ModelAdmin[Tenant]):
 @admin.register(Client)
 class ClientAdmin(TenantScoped):
     list_display = ["name", "tenant", "created_at"]
-    list_filter = ["tenant"]
+    # Only the tenants of the clients listed: staff see their own tenants' names alone.
+    list_filter = [("tenant", admin.RelatedOnlyFieldListFilter)]
 
 
 @admin.register(ClientToken)
@@ -80,11 +103,37 @@ class ClientTokenAdmin(TenantScoped):
     list_display = ["prefix", "client", "created_at", "revoked_at"]
     readonly_fields = ["token_hash", "prefix", "client", "created_at"]
 
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        if obj is None:  # adding: choose the client; the token is made on saving
+            return ["client"]
+        return super().get_fields(request, obj)
+
     def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        if obj is None:
+            return []
         fields = list(super().get_readonly_fields(request, obj))
-        if obj is not None and obj.revoked_at is not None:
+        if obj.revoked_at is not None:
             fields.append("revoked_at")  # a revoked token cannot be un-revoked
         return fields
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            # Shown once, on the page that answers this request (``response_add``).
+            request.new_client_token = tokens.fill(obj)  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
+        token = getattr(request, "new_client_token", None)
+        if token is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"New token of {obj.client}",
+            "token": token,
+            "row": obj,
+        }
+        return TemplateResponse(request, "admin/tasks_app/clienttoken/issued.html", context)
 
 
 class EventInline(History, admin.TabularInline[TaskEvent, Task]):
@@ -125,6 +174,8 @@ class JournalInline(History, admin.TabularInline[JournalEntry, Task]):
 
 @admin.register(Task)
 class TaskAdmin(History, TenantScoped):
+    """Staff see the tasks of the tenants where their role lets them view tasks."""
+
     tenant_path = "client__tenant"
     list_display = ["id", "tool_name", "client", "status", "created_at"]
     list_filter = ["status", "tool_name", "era"]
@@ -132,6 +183,18 @@ class TaskAdmin(History, TenantScoped):
     list_select_related = ["client"]
     readonly_fields = [f.name for f in Task._meta.fields]
     inlines = [EffectInline, JournalInline, EventInline]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = admin.ModelAdmin.get_queryset(self, request)
+        tenants = operators.tenants_where(request.user, operators.VIEW_TASKS)
+        return qs if tenants is None else qs.filter(client__tenant_id__in=tenants)
+
+    def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        tenant = obj.client.tenant_id if obj is not None else None
+        return operators.may(request.user, operators.VIEW_TASKS, tenant)
+
+    def has_module_permission(self, request: HttpRequest) -> bool:
+        return self.has_view_permission(request)
 
 
 @admin.register(PurgedTask)

@@ -280,10 +280,10 @@ def _task_page(
         "back_url": _url("task_list", QueryDict(back).dict()) if back else reverse("task_list"),
         "from_list": back,
         "cancel_event": cancel_event,
-        "can_cancel": operators.may(user, operators.CANCEL_TASKS)
+        "can_cancel": operators.may(user, operators.CANCEL_TASKS, task.client.tenant_id)
         and not task.is_terminal
         and task.cancel_requested_at is None,
-        "can_reconcile": operators.may(user, operators.RECONCILE_EFFECTS),
+        "can_reconcile": operators.may(user, operators.RECONCILE_EFFECTS, task.client.tenant_id),
         "reconcile_errors": reconcile_errors or {},
         "reconcile_notes": reconcile_notes or {},
         "notice": notice,

@@ -9,7 +9,8 @@ worker consuming the control queue alone that a control worker runs (``control``
 ``beat`` row is written by ``heartbeat_job``, which only beat schedules (every 10 s) and a
 control worker runs, so a fresh one shows that beat runs too: the periodic jobs (sweeper,
 deadlines, purge) are being sent.
-``redacted`` drops exception text for callers who are not staff.
+``redacted`` drops exception text for callers who are not staff; ``anonymous`` keeps only
+the status, for callers who are not logged in and send no metrics token.
 """
 
 from __future__ import annotations
@@ -132,3 +133,10 @@ def redacted(body: dict[str, Any]) -> dict[str, Any]:
             part = {**part, "error": "unavailable"}
         out[name] = part
     return out
+
+
+def anonymous(body: dict[str, Any]) -> dict[str, Any]:
+    """What anyone may see of BODY: the status alone (the HTTP status says the same). The
+    parts name the database vendor, the broker transport and the heartbeat times, and the
+    warnings the deployment's weak spots."""
+    return {"status": body["status"]}

@@ -81,15 +81,40 @@ class ContextFilter(logging.Filter):
         return True
 
 
+# Control characters (and the Unicode line and paragraph separators) as escapes in the text
+# format: a client's method or task id with a newline in it must not start a line of its own.
+_ESCAPES = {
+    **{code: f"\\x{code:02x}" for code in (*range(0x20), *range(0x7F, 0xA0))},
+    ord("\n"): "\\n",
+    ord("\r"): "\\r",
+    ord("\t"): "\\t",
+    0x2028: "\\u2028",
+    0x2029: "\\u2029",
+}
+
+
+def escaped(text: str) -> str:
+    """TEXT with its control characters written as escapes (``\\n``, ``\\x1b``)."""
+    return text.translate(_ESCAPES)
+
+
 class TextFormatter(logging.Formatter):
-    """``time level logger message``, then the context as ``name=value`` pairs in brackets."""
+    """``time level logger message``, then the context as ``name=value`` pairs in brackets.
+
+    Control characters in the message and the fields are escaped, so one record is one line
+    (a traceback, the server's own text, stays below it)."""
 
     def __init__(self) -> None:
         super().__init__("%(asctime)s %(levelname)s %(name)s %(message)s")
 
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        return escaped(super().formatMessage(record))
+
     def format(self, record: logging.LogRecord) -> str:
         line = super().format(record)
-        pairs = [f"{name}={getattr(record, name)}" for name in FIELDS if hasattr(record, name)]
+        pairs = [
+            escaped(f"{name}={getattr(record, name)}") for name in FIELDS if hasattr(record, name)
+        ]
         if not pairs:
             return line
         head, sep, rest = line.partition("\n")  # a traceback stays below the first line

@@ -257,8 +257,7 @@ def refusal(request: HttpRequest) -> HttpResponse | None:
     """
     token = settings.TASKDESK_METRICS_TOKEN
     if token:
-        scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(sent.strip(), token):
+        if sends_token(request):
             return None
         response = JsonResponse(
             {"error": "Send TASKDESK_METRICS_TOKEN as a bearer token to read /metrics."},
@@ -276,6 +275,18 @@ def refusal(request: HttpRequest) -> HttpResponse | None:
             "not set; set it and send it as a bearer token."
         },
         status=403,
+    )
+
+
+def sends_token(request: HttpRequest) -> bool:
+    """Whether REQUEST sends ``TASKDESK_METRICS_TOKEN`` (set) as its bearer token. Compared as
+    UTF-8 bytes: a token with characters outside ASCII is a wrong token, not an error."""
+    token = settings.TASKDESK_METRICS_TOKEN
+    if not token:
+        return False
+    scheme, _, sent = request.headers.get("Authorization", "").partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(
+        sent.strip().encode("utf-8", "surrogatepass"), token.encode("utf-8")
     )
 
 

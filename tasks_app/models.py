@@ -24,11 +24,38 @@ class Tenant(models.Model):
     """A group of MCP clients and of the operators who may see their tasks."""
 
     slug = models.SlugField(max_length=100, unique=True)
-    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="tenants")
+    members = models.ManyToManyField(
+        settings.AUTH_USER_MODEL, blank=True, related_name="tenants", through="Membership"
+    )
     created_at = models.DateTimeField(auto_now_add=True)
 
     def __str__(self) -> str:
         return self.slug
+
+
+class Membership(models.Model):
+    """A user in a tenant, with their role there (``tasks_app.operators.ROLES``): a user can be
+    an operator in one tenant and a viewer in another. No role: a member who sees nothing."""
+
+    class Role(models.TextChoices):
+        NONE = "", "no role"
+        VIEWER = "viewer"
+        ANSWERER = "answerer"
+        OPERATOR = "operator"
+
+    # The table of the many-to-many field this model took over (roles came later).
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="memberships")
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="memberships"
+    )
+    role = models.CharField(max_length=20, choices=Role.choices, default="", blank=True)
+
+    class Meta:
+        db_table = "tasks_app_tenant_members"
+        unique_together = [("tenant", "user")]
+
+    def __str__(self) -> str:
+        return f"{self.user} in {self.tenant}" + (f" ({self.role})" if self.role else "")
 
 
 class Client(models.Model):
@@ -417,7 +444,8 @@ class DemoRefund(models.Model):
     """The demo toolset's stand-in for a payment provider's refunds (``refund_payment``).
 
     The unique downstream key is what makes a second refund of one task impossible, however
-    the rest of the system failed: the provider refuses a key it has already seen.
+    the rest of the system failed: the provider refuses a key it has already seen, and counts
+    the calls it refused (``refused_calls``), so the calls it got are ``1 + refused_calls``.
     """
 
     downstream_key = models.CharField(max_length=300, unique=True)
@@ -425,6 +453,7 @@ class DemoRefund(models.Model):
     amount_cents = models.BigIntegerField()
     reason = models.TextField(blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    refused_calls = models.PositiveIntegerField(default=0)
 
     def __str__(self) -> str:
         return f"refund {self.pk} of {self.payment_id}"

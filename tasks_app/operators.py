@@ -38,12 +38,28 @@ def operator_login_required(view: View) -> View:
     return wrapper
 
 
+def login_address(request: HttpRequest) -> str | None:
+    """The client address login attempts are counted against (``AXES_CLIENT_IP_CALLABLE``).
+
+    The socket's address; behind the TLS proxy (``TASKDESK_BEHIND_TLS_PROXY``), the last entry
+    of ``X-Forwarded-For``: the one the proxy added. The entries before it are whatever the
+    client sent, so taking one of them would let a client pick a fresh address per attempt.
+    """
+    if settings.TASKDESK_BEHIND_TLS_PROXY:
+        forwarded = str(request.META.get("HTTP_X_FORWARDED_FOR", "")).rsplit(",", 1)[-1].strip()
+        if forwarded:
+            return forwarded
+    address: str | None = request.META.get("REMOTE_ADDR")
+    return address
+
+
 # --- roles ----------------------------------------------------------------------------------
 #
-# Roles are Django groups; what a role may do is a set of permissions. The pages and actions
-# ask for permissions (``user.has_perm``), never for group names, so a site can also grant a
-# single permission to a user in the admin. Every role is limited to the tenants the user is a
-# member of (``Tenant.members``); superusers have every permission in every tenant.
+# A role is the user's in one tenant (``Membership.role``); what a role may do is a set of
+# permissions. The pages and actions ask for a permission in the task's tenant (``may``),
+# never for role names. A site can also grant a permission (or a role's group) to a user in
+# the admin: it holds in every tenant the user is a member of. Superusers have every
+# permission in every tenant.
 #
 # The permissions to answer, cancel and reconcile are not in the models' Meta: they are rows
 # that the data migration ``0004_roles`` creates and ``ensure_roles`` recreates (a test run's
@@ -96,28 +112,82 @@ def ensure_roles() -> dict[str, Any]:
     return groups
 
 
-def grant_role(user: Any, role: str) -> None:
-    """Make ROLE the user's only role (the groups of other roles are left)."""
+def grant_role(user: Any, role: str, tenant: Any = None) -> None:
+    """Make ROLE the user's role in TENANT (a member of it already), or in every tenant they
+    are a member of when TENANT is None. Their roles in other tenants stay as they are."""
+    from tasks_app.models import Membership
+
     if role not in ROLES:
         raise ValueError(f"unknown role {role!r}; choose one of {', '.join(ROLES)}")
-    groups = ensure_roles()
-    user.groups.remove(*(g for name, g in groups.items() if name != role))
-    user.groups.add(groups[role])
-    # has_perm caches the user's permissions on the instance.
-    for cache in ("_perm_cache", "_user_perm_cache", "_group_perm_cache"):
+    ensure_roles()  # the permission rows the role is made of
+    memberships = Membership.objects.filter(user=user)
+    if tenant is not None:
+        memberships = memberships.filter(tenant=tenant)
+    memberships.update(role=role)
+    forget(user)
+
+
+def forget(user: Any) -> None:
+    """Drop what USER's instance remembers of its roles and permissions (``has_perm`` and
+    ``roles_of`` cache them on the instance)."""
+    for cache in (
+        "_perm_cache",
+        "_user_perm_cache",
+        "_group_perm_cache",
+        "_taskdesk_roles",
+        "_taskdesk_client_ids",
+    ):
         user.__dict__.pop(cache, None)
 
 
-def role_of(user: Any) -> str:
-    """The user's strongest role, for people ("superuser", a role name, or "none")."""
+def roles_of(user: Any) -> dict[int, str]:
+    """USER's role in each tenant they are a member of, by tenant id ("" for none);
+    remembered on the user object, which lives for one request."""
+    from tasks_app.models import Membership
+
+    cached = user.__dict__.get("_taskdesk_roles")
+    if cached is None:
+        cached = dict(Membership.objects.filter(user=user.pk).values_list("tenant_id", "role"))
+        user.__dict__["_taskdesk_roles"] = cached
+    return cached  # type: ignore[no-any-return]
+
+
+def role_of(user: Any, tenant: Any = None) -> str:
+    """The user's role in TENANT, or their strongest in any tenant, for people
+    ("superuser", a role name, or "none")."""
     if getattr(user, "is_superuser", False):
         return "superuser"
+    roles = roles_of(user)
+    held = {roles.get(_pk(tenant), "")} if tenant is not None else set(roles.values())
     for role in (OPERATOR, ANSWERER, VIEWER):
-        if all(user.has_perm(name) for name in ROLES[role]):
+        if role in held:
             return role
     return "none"
 
 
-def may(user: Any, permission: str) -> bool:
-    """Whether USER holds PERMISSION (in the tenants they belong to; superusers: always)."""
-    return bool(user.is_authenticated and user.is_active and user.has_perm(permission))
+def tenants_where(user: Any, permission: str) -> list[int] | None:
+    """Ids of the tenants where USER holds PERMISSION: None for every tenant (a superuser).
+
+    A role holds its permissions in the tenant of the membership; a permission granted to the
+    user or a group of theirs in the admin holds in every tenant they are a member of."""
+    if not (user.is_authenticated and user.is_active):
+        return []
+    if user.is_superuser:
+        return None
+    roles = roles_of(user)
+    if user.has_perm(permission):
+        return list(roles)
+    return [tenant for tenant, role in roles.items() if permission in ROLES.get(role, ())]
+
+
+def may(user: Any, permission: str, tenant: Any = None) -> bool:
+    """Whether USER holds PERMISSION in TENANT (a Tenant or its id), or in some tenant when
+    TENANT is None (superusers: always)."""
+    tenants = tenants_where(user, permission)
+    if tenants is None:
+        return True
+    return bool(tenants) if tenant is None else _pk(tenant) in tenants
+
+
+def _pk(tenant: Any) -> int:
+    return tenant if isinstance(tenant, int) else int(tenant.pk)

@@ -46,18 +46,19 @@ def client_ids_visible_to(user: Any) -> list[int] | None:
     if cached is not False:
         return cached  # type: ignore[no-any-return]
     ids: list[int] | None
-    if not operators.may(user, operators.VIEW_TASKS):
-        ids = []
-    elif user.is_superuser:
+    tenants = operators.tenants_where(user, operators.VIEW_TASKS)
+    if tenants is None:
         ids = None
+    elif not tenants:
+        ids = []
     else:
-        ids = list(Client.objects.filter(tenant__members=user).values_list("pk", flat=True))
+        ids = list(Client.objects.filter(tenant_id__in=tenants).values_list("pk", flat=True))
     user.__dict__["_taskdesk_client_ids"] = ids
     return ids
 
 
 def tasks_visible_to(user: Any) -> QuerySet[Task]:
-    """Tasks an operator may see: with a role, their tenants' tasks (superusers see all)."""
+    """Tasks an operator may see: those of the tenants they have a role in (superusers: all)."""
     qs = Task.objects.select_related("client__tenant")
     clients = client_ids_visible_to(user)
     return qs if clients is None else qs.filter(client_id__in=clients)
@@ -75,8 +76,8 @@ def task_get_for_operator(*, user: Any, task_id: str, permission: str = "") -> T
         task = tasks_visible_to(user).get(pk=task_id)
     except (Task.DoesNotExist, ValueError):
         raise TaskNotFound(task_id) from None
-    if permission and not operators.may(user, permission):
-        raise NotPermitted(permission)
+    if permission and not operators.may(user, permission, task.client.tenant_id):
+        raise NotPermitted(permission)  # the role in the task's tenant does not allow it
     return task
 
 

@@ -27,10 +27,17 @@ def hash_token(token: str) -> str:
 
 def issue(client: Client) -> str:
     """Create a new token for CLIENT and return it; only its hash is kept."""
+    row = ClientToken(client=client)
+    token = fill(row)
+    row.save()
+    return token
+
+
+def fill(row: ClientToken) -> str:
+    """Give ROW (not saved yet) a new token's hash and prefix, and return the token."""
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
-    ClientToken.objects.create(
-        client=client, token_hash=hash_token(token), prefix=token[: len(TOKEN_PREFIX) + 6]
-    )
+    row.token_hash = hash_token(token)
+    row.prefix = token[: len(TOKEN_PREFIX) + 6]
     return token
 
 

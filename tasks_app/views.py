@@ -23,8 +23,12 @@ __all__ = [
 
 def _health(request: HttpRequest, *, ready: bool) -> JsonResponse:
     ok, body = health.report(ready=ready)
-    if not (request.user.is_authenticated and request.user.is_staff):
+    if metrics.sends_token(request) or (request.user.is_authenticated and request.user.is_staff):
+        pass  # the monitoring token, or staff: everything, exception text included
+    elif request.user.is_authenticated:
         body = health.redacted(body)  # exception text is for staff only
+    else:
+        body = health.anonymous(body)  # the vendor, broker and heartbeats are not public
     return JsonResponse(body, status=200 if ok else 503)
 
 

@@ -96,6 +96,12 @@ def database_url() -> str:
     )
 
 
+# The stacks' TASKDESK_METRICS_TOKEN, and the headers that send it: monitoring's view of
+# /metrics and of /healthz and /readyz (anonymous callers get only their status).
+METRICS_TOKEN = "live-metrics-token"
+MONITOR_HEADERS = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+
 class LiveStack:
     def __init__(
         self,
@@ -136,6 +142,8 @@ class LiveStack:
             "TASKDESK_EXPORT_DIR": str(self.tmp / "exports"),
             "LOG_LEVEL": "INFO",
             "PYTHONUNBUFFERED": "1",
+            # For /metrics and the details of /healthz and /readyz (``monitor_headers``).
+            "TASKDESK_METRICS_TOKEN": METRICS_TOKEN,
             **(env or {}),
         }
         self.worker_concurrency = worker_concurrency
@@ -310,7 +318,7 @@ class LiveStack:
                         f"{name} exited with {proc.returncode}:\n{self.log(name)[-3000:]}"
                     )
             try:
-                last = httpx.get(f"{self.url}/healthz", timeout=2)
+                last = httpx.get(f"{self.url}/healthz", headers=MONITOR_HEADERS, timeout=2)
             except httpx.HTTPError as exc:
                 last = exc
                 return False

@@ -1,7 +1,8 @@
 """Fenced leases on the database's clock, against real worker processes.
 
 A leg frozen with SIGSTOP inside an effect, past its lease, wakes after another leg finished
-the task: the provider shows one effect and every write the frozen leg tries is refused.
+the task: the frozen leg's call reaches the provider, which refuses it by the effect's key, so
+there is one refund; every write the frozen leg tries is refused.
 Workers whose clocks run 60 s ahead and 60 s behind (time-machine, started in each pool
 process by ``TASKDESK_TEST_CLOCK_SKEW_SECONDS``) never run two live legs of one task.
 """
@@ -60,7 +61,11 @@ def test_a_leg_frozen_inside_an_effect_past_its_lease_changes_nothing_when_it_wa
             explain=lambda: stack.log("worker")[-3000:],
         )
 
-    assert DemoRefund.objects.filter(payment_id="pay-1").count() == 1
+    # The provider got two calls, one from each leg: the new leg's made the refund; the frozen
+    # leg, frozen inside or just before its call, called when it woke and was refused by the
+    # key. Its unique key keeps it at one refund; nothing in Taskdesk stopped the call.
+    [refund] = DemoRefund.objects.filter(payment_id="pay-1")
+    assert refund.refused_calls == 1, "the frozen leg's call when it woke"
     effect = Effect.objects.get(task=task)
     assert effect.state == "confirmed"
     assert task.result["structuredContent"]["refund_id"] == effect.detail["refund_id"]

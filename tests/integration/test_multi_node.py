@@ -26,7 +26,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app.models import Status, Task
 from tests import services
-from tests.live import LiveStack, RedisServer, free_port, wait_for
+from tests.live import MONITOR_HEADERS, LiveStack, RedisServer, free_port, wait_for
 from tests.wire import REPLAYED_META, result_of, tools_call
 
 pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.postgres]
@@ -103,7 +103,7 @@ class Clients:
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = httpx.get(f"{url}/metrics", timeout=30)
+    response = httpx.get(f"{url}/metrics", headers=MONITOR_HEADERS, timeout=30)
     assert response.status_code == 200, response.text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

@@ -15,7 +15,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app.models import Status, Task
-from tests.live import live_stack, wait_for
+from tests.live import MONITOR_HEADERS, live_stack, wait_for
 from tests.wire import post, result_of, tools_call
 
 # broker: CI runs these on RabbitMQ as well as Redis.
@@ -23,7 +23,7 @@ pytestmark = [pytest.mark.live, pytest.mark.broker]
 
 
 def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    response = httpx.get(f"{url}/metrics", timeout=30)
+    response = httpx.get(f"{url}/metrics", headers=MONITOR_HEADERS, timeout=30)
     assert response.status_code == 200, response.text
     return {
         (s.name, tuple(sorted(s.labels.items()))): s.value

@@ -4,6 +4,7 @@ import httpx
 import pytest
 
 from tasks_app.models import WorkerHeartbeat
+from tests.live import MONITOR_HEADERS
 
 # broker: CI runs these on RabbitMQ as well as Redis.
 pytestmark = pytest.mark.broker
@@ -23,7 +24,7 @@ def test_a_real_worker_process_consumes_a_job_from_the_broker(live) -> None:  # 
 
         time.sleep(0.1)
     assert WorkerHeartbeat.objects.filter(queues=WorkerHeartbeat.BEAT).count() == 1
-    body = httpx.get(f"{live.url}/healthz").json()
+    body = httpx.get(f"{live.url}/healthz", headers=MONITOR_HEADERS).json()
     assert body["workers"]["ok"] is True
     assert body["workers"]["beat"]["heartbeat"] is not None  # heartbeat_job's row
     assert body["workers"]["control"]["heartbeat"] is not None  # the control worker's own row

@@ -8,7 +8,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 
-from tasks_app.models import Tenant
+from tasks_app import operators
+from tasks_app.models import Membership, Tenant
 
 PASSWORD = "a long operator passphrase"
 
@@ -30,11 +31,12 @@ def test_it_creates_an_operator_in_a_tenant_with_a_role(db, monkeypatch) -> None
     user = get_user_model().objects.get(username="olga")
     assert user.check_password(PASSWORD)
     assert not user.is_superuser and not user.is_staff
-    assert list(user.groups.values_list("name", flat=True)) == ["operator"]
-    assert Tenant.objects.get(slug="acme").members.filter(pk=user.pk).exists()
+    acme = Tenant.objects.get(slug="acme")
+    assert Membership.objects.get(user=user, tenant=acme).role == "operator"
+    assert not user.groups.exists()  # the role is the tenant's, not a site-wide group
     for perm in ("tasks_app.cancel_task", "tasks_app.reconcile_effect",
                  "elicitations.answer_inputrequest", "tasks_app.view_task"):  # fmt: skip
-        assert user.has_perm(perm), perm
+        assert operators.may(user, perm, acme), perm
     assert out == "Created operator 'olga': operator in tenant 'acme'.\n"
     assert "Created tenant 'acme'." in err
     assert PASSWORD not in out + err
@@ -45,12 +47,28 @@ def test_running_it_again_changes_the_role_and_keeps_the_password(db, monkeypatc
     out, _ = run(monkeypatch, password=None, username="olga", tenant="acme", role="viewer")
 
     user = get_user_model().objects.get(username="olga")
-    assert list(user.groups.values_list("name", flat=True)) == ["viewer"]
-    assert user.has_perm("tasks_app.view_task")
-    assert not user.has_perm("tasks_app.cancel_task")
-    assert not user.has_perm("elicitations.answer_inputrequest")
+    acme = Tenant.objects.get(slug="acme")
+    assert operators.role_of(user, acme) == "viewer"
+    assert operators.may(user, "tasks_app.view_task", acme)
+    assert not operators.may(user, "tasks_app.cancel_task", acme)
+    assert not operators.may(user, "elicitations.answer_inputrequest", acme)
     assert user.check_password(PASSWORD)
     assert out == "Updated operator 'olga': viewer in tenant 'acme'.\n"
+
+
+def test_a_role_in_one_tenant_leaves_the_users_role_in_another(db, monkeypatch) -> None:
+    run(monkeypatch, username="olga", tenant="acme", role="operator")
+    out, _ = run(monkeypatch, password=None, username="olga", tenant="globex", role="viewer")
+
+    user = get_user_model().objects.get(username="olga")
+    acme, globex = Tenant.objects.get(slug="acme"), Tenant.objects.get(slug="globex")
+    assert out == "Updated operator 'olga': viewer in tenant 'globex'.\n"
+    assert (operators.role_of(user, acme), operators.role_of(user, globex)) == (
+        "operator",
+        "viewer",
+    )
+    assert operators.may(user, "tasks_app.cancel_task", acme)
+    assert not operators.may(user, "tasks_app.cancel_task", globex)
 
 
 def test_a_new_password_from_the_environment_replaces_the_old(db, monkeypatch) -> None:

@@ -286,8 +286,11 @@ def test_the_provider_refuses_a_second_refund_with_the_same_key(db) -> None:
 
     with pytest.raises(demo.DuplicateRefund, match="a refund with key k1 already exists"):
         demo.issue_refund(key="k1", payment_id="p", amount_cents=1, reason="")
+    with pytest.raises(demo.DuplicateRefund):
+        demo.issue_refund(key="k1", payment_id="p", amount_cents=1, reason="")
 
     assert DemoRefund.objects.count() == 1
+    assert DemoRefund.objects.get().refused_calls == 2  # three calls, one refund
 
 
 def test_a_refund_made_just_before_the_worker_died_is_verified_not_repeated(

@@ -4,13 +4,21 @@ import socket
 from datetime import timedelta
 
 import pytest
+from django.db import connection
 from django.utils import timezone
 
 from tasks_app.models import WorkerHeartbeat
 from tasks_app.tasks import _beat, heartbeat_job
-from tests.live import LiveStack
+from tests.live import METRICS_TOKEN, LiveStack
 
 STALE = timedelta(minutes=10)
+# What monitoring sends: the parts, heartbeats and warnings are not for anonymous callers.
+MONITOR = {"Authorization": f"Bearer {METRICS_TOKEN}"}
+
+
+@pytest.fixture(autouse=True)
+def _metrics_token(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_METRICS_TOKEN = METRICS_TOKEN
 
 
 def leg_worker(ago: timedelta = timedelta(0)) -> None:
@@ -32,7 +40,7 @@ def beat(ago: timedelta = timedelta(0)) -> None:
 
 
 def test_it_answers_200_with_each_part_named(client, db) -> None:  # type: ignore[no-untyped-def]
-    response = client.get("/healthz")
+    response = client.get("/healthz", headers=MONITOR)
 
     assert response.status_code == 200
     body = response.json()
@@ -85,13 +93,50 @@ def test_a_stale_beat_heartbeat_makes_it_503_while_the_control_worker_runs(
     )
 
 
-def test_anonymous_callers_get_no_error_text(client, db) -> None:  # type: ignore[no-untyped-def]
+def test_logged_in_operators_who_are_not_staff_get_no_error_text(client, operator) -> None:  # type: ignore[no-untyped-def]
     control_worker(STALE)
+    client.force_login(operator)
 
     for path in ("/healthz", "/readyz"):
         response = client.get(path)
         assert response.status_code == 503
         assert response.json()["workers"]["error"] == "unavailable"
+        assert response.json()["database"]["vendor"] == connection.vendor
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_anonymous_callers_get_the_status_alone(client, db, settings, path) -> None:  # type: ignore[no-untyped-def]
+    settings.SECRET_KEY_GENERATED = True
+    leg_worker()
+    control_worker()
+    beat()
+
+    healthy = client.get(path)
+    control_worker(STALE)
+    failing = client.get(path)
+    wrong_token = client.get(path, headers={"Authorization": "Bearer nope"})
+
+    assert (healthy.status_code, healthy.json()) == (200, {"status": "ok"})
+    assert (failing.status_code, failing.json()) == (503, {"status": "fail"})
+    assert (wrong_token.status_code, wrong_token.json()) == (503, {"status": "fail"})
+
+
+@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+def test_the_metrics_token_and_staff_get_every_detail(
+    client, admin_client, db, settings, path
+) -> None:  # type: ignore[no-untyped-def]
+    settings.SECRET_KEY_GENERATED = True
+    control_worker(STALE)
+
+    for response in (client.get(path, headers=MONITOR), admin_client.get(path)):
+        assert response.status_code == 503
+        body = response.json()
+        assert body["failing"] == ["workers"]
+        assert body["database"] == {"ok": True, "vendor": connection.vendor}
+        assert body["broker"]["transport"]
+        assert body["workers"]["control"]["heartbeat"] is not None
+        assert "the control worker: last heartbeat 600 s ago" in body["workers"]["error"]
+        assert body["warnings"][0].startswith("SECRET_KEY was generated on this host")
 
 
 # --- /livez and /readyz ------------------------------------------------------------------------
@@ -107,7 +152,7 @@ def test_livez_answers_200_whatever_the_parts_say(client, db) -> None:  # type: 
 
 
 def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: ignore[no-untyped-def]
-    response = client.get("/readyz")
+    response = client.get("/readyz", headers=MONITOR)
 
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
@@ -116,13 +161,13 @@ def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: 
     # beat and the control worker alone are not enough: no worker takes legs yet.
     control_worker()
     beat()
-    response = client.get("/readyz")
+    response = client.get("/readyz", headers=MONITOR)
     assert response.status_code == 503
     legs = response.json()["workers"]["legs"]
     assert (legs["ok"], legs["heartbeat"]) == (False, None)
 
     leg_worker()
-    response = client.get("/readyz")
+    response = client.get("/readyz", headers=MONITOR)
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
 
@@ -181,7 +226,7 @@ def test_a_fresh_heartbeat_is_reported(client, db) -> None:  # type: ignore[no-u
     control_worker()
     beat()
 
-    body = client.get("/healthz").json()
+    body = client.get("/healthz", headers=MONITOR).json()
 
     assert body["workers"]["ok"] is True
     assert body["workers"]["control"]["age_seconds"] < 5
@@ -200,7 +245,7 @@ def test_an_unreachable_broker_makes_it_503_naming_the_broker(transactional_db) 
 
         for _ in range(100):
             try:
-                response = httpx.get(f"{stack.url}/healthz", timeout=10)
+                response = httpx.get(f"{stack.url}/healthz", headers=MONITOR, timeout=10)
                 break
             except httpx.TransportError:
                 time.sleep(0.2)
@@ -221,7 +266,10 @@ def test_readyz_turns_ready_once_beat_and_a_worker_run(live) -> None:  # type: i
 
     ready = wait_for(
         "/readyz to answer 200",
-        lambda: (r := httpx.get(f"{live.url}/readyz", timeout=5)).status_code == 200 and r,
+        lambda: (
+            (r := httpx.get(f"{live.url}/readyz", headers=MONITOR, timeout=5)).status_code == 200
+            and r
+        ),
         timeout=60,
         every=0.5,
     )
@@ -233,7 +281,7 @@ def test_readyz_turns_ready_once_beat_and_a_worker_run(live) -> None:  # type: i
 def test_it_warns_when_the_secret_key_was_generated_on_this_host(client, db, settings) -> None:  # type: ignore[no-untyped-def]
     settings.SECRET_KEY_GENERATED = True
 
-    response = client.get("/healthz")
+    response = client.get("/healthz", headers=MONITOR)
 
     assert response.status_code == 200  # a warning, not a failure
     (warning,) = response.json()["warnings"]
@@ -244,7 +292,7 @@ def test_it_warns_when_the_secret_key_was_generated_on_this_host(client, db, set
 def test_a_secret_key_from_the_environment_gives_no_warning(client, db, settings) -> None:  # type: ignore[no-untyped-def]
     settings.SECRET_KEY_GENERATED = False
 
-    assert client.get("/healthz").json()["warnings"] == []
+    assert client.get("/healthz", headers=MONITOR).json()["warnings"] == []
 
 
 @pytest.mark.live
@@ -261,7 +309,7 @@ def test_readyz_fails_when_the_leg_worker_stops_while_beat_and_control_run(
     try:
 
         def readyz() -> httpx.Response:
-            return httpx.get(f"{stack.url}/readyz", timeout=5)
+            return httpx.get(f"{stack.url}/readyz", headers=MONITOR, timeout=5)
 
         wait_for("/readyz to answer 200", lambda: readyz().status_code == 200, timeout=60)
         row = WorkerHeartbeat.objects.get(hostname=f"worker-{stack.port}@{socket.gethostname()}")
@@ -293,7 +341,7 @@ def test_readyz_fails_when_beat_stops_while_the_workers_run(transactional_db) ->
     try:
 
         def readyz() -> httpx.Response:
-            return httpx.get(f"{stack.url}/readyz", timeout=5)
+            return httpx.get(f"{stack.url}/readyz", headers=MONITOR, timeout=5)
 
         wait_for("/readyz to answer 200", lambda: readyz().status_code == 200, timeout=60)
         control = WorkerHeartbeat.objects.get(

@@ -58,3 +58,38 @@ def test_the_admin_login_is_throttled_too(client, operator) -> None:  # type: ig
         client.post("/admin/login/", {"username": "olga", "password": "wrong"})
 
     assert log_in(client, "olga", "pw-olga-123").status_code == 429
+
+
+# --- per username and address -----------------------------------------------------------------
+
+
+def test_failures_from_one_address_lock_only_that_address_out_of_the_account(
+    client, operator, viewer
+) -> None:  # type: ignore[no-untyped-def]
+    attacker = client.__class__(REMOTE_ADDR="203.0.113.66")
+    owner = client.__class__(REMOTE_ADDR="198.51.100.7")
+
+    for _ in range(5):
+        log_in(attacker, "olga", "wrong")
+
+    assert log_in(attacker, "olga", "pw-olga-123").status_code == 429
+    assert log_in(owner, "olga", "pw-olga-123").status_code == 302  # elsewhere: as usual
+    assert log_in(attacker, "vera", "pw-vera-123").status_code == 302  # another account
+
+
+def test_behind_the_proxy_the_address_it_added_counts_not_the_ones_the_client_sent(
+    client, operator, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_BEHIND_TLS_PROXY = True
+    proxy = {"REMOTE_ADDR": "10.0.0.2"}
+
+    # One client sends a new forged X-Forwarded-For each time; the proxy appends its address.
+    for attempt in range(5):
+        forged = client.__class__(**proxy, HTTP_X_FORWARDED_FOR=f"192.0.2.{attempt}, 203.0.113.66")
+        log_in(forged, "olga", "wrong")
+
+    locked = client.__class__(**proxy, HTTP_X_FORWARDED_FOR="192.0.2.200, 203.0.113.66")
+    assert log_in(locked, "olga", "pw-olga-123").status_code == 429
+    # The owner, through the same proxy from another address, logs in.
+    owner = client.__class__(**proxy, HTTP_X_FORWARDED_FOR="198.51.100.7")
+    assert log_in(owner, "olga", "pw-olga-123").status_code == 302

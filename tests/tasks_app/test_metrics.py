@@ -73,6 +73,21 @@ def test_with_a_token_it_wants_the_bearer_token(client, db, settings) -> None:  
     assert right.status_code == 200
 
 
+@pytest.mark.parametrize(
+    "header",
+    ["Bearer s3cret-métrics", "Bearer \u00e9\u00a9", "Bearer ünïcode", "Bearer \ud800", "Bearer ✓"],
+)
+def test_a_token_with_characters_outside_ascii_is_refused_as_wrong(  # type: ignore[no-untyped-def]
+    client, db, settings, header
+) -> None:
+    settings.TASKDESK_METRICS_TOKEN = "s3cret-metrics"
+
+    response = client.get("/metrics", HTTP_AUTHORIZATION=header)
+
+    assert response.status_code == 401
+    assert response["WWW-Authenticate"] == 'Bearer realm="metrics"'
+
+
 def test_only_get_is_answered(client, db) -> None:  # type: ignore[no-untyped-def]
     assert client.post("/metrics").status_code == 405
 

@@ -19,8 +19,8 @@ PASSWORD_VARIABLE = "TASKDESK_OPERATOR_PASSWORD"
 class Command(BaseCommand):
     help = (
         "Create an operator (a Django user) in a tenant with a role, or change an existing "
-        f"one's role. The password comes from {PASSWORD_VARIABLE} or a prompt on a terminal; "
-        "it is never printed."
+        "one's role in that tenant (their roles in other tenants stay). The password comes "
+        f"from {PASSWORD_VARIABLE} or a prompt on a terminal; it is never printed."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -41,7 +41,7 @@ class Command(BaseCommand):
             user.save()
             row, new_tenant = Tenant.objects.get_or_create(slug=tenant)
             row.members.add(user)
-            operators.grant_role(user, role)
+            operators.grant_role(user, role, row)  # this tenant's only
         if new_tenant:
             self.stderr.write(f"Created tenant {tenant!r}.")
         verb = "Created" if created else "Updated"

@@ -22,6 +22,7 @@ from typing import Annotated, Any, Literal
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 from pydantic import BaseModel, Field
 
@@ -235,7 +236,8 @@ def _refund_id(refund: DemoRefund) -> str:
 
 def issue_refund(*, key: str, payment_id: str, amount_cents: int, reason: str) -> DemoRefund:
     """The demo provider's refund call: refuses a key it has seen, like a real provider's
-    idempotency check, so no failure anywhere else can refund one request twice. It takes
+    idempotency check, so no failure anywhere else can refund one request twice (the refusal
+    is counted in ``DemoRefund.refused_calls``). It takes
     ``TASKDESK_DEMO_REFUND_SECONDS``, half before the refund is made and half after."""
     latency = settings.TASKDESK_DEMO_REFUND_SECONDS / 2
     time.sleep(latency)
@@ -245,6 +247,8 @@ def issue_refund(*, key: str, payment_id: str, amount_cents: int, reason: str) -
                 downstream_key=key, payment_id=payment_id, amount_cents=amount_cents, reason=reason
             )
     except IntegrityError:
+        # Counted, as a provider's logs would show the repeated request.
+        DemoRefund.objects.filter(downstream_key=key).update(refused_calls=F("refused_calls") + 1)
         raise DuplicateRefund(f"a refund with key {key} already exists") from None
     time.sleep(latency)
     return refund

@@ -18,7 +18,7 @@ from elicitations.models import InputRequest, RequestStatus
 from tasks_app.models import McpReply, McpSession, Task, TaskEvent
 from tasks_app.testing import leg, submit
 from tests.tasks_app.mcp.conftest import Session
-from tests.tasks_app.mcp.test_tasks import ask, create
+from tests.tasks_app.mcp.test_tasks import ask
 from tests.wire import (
     SESSION_HEADER,
     error_of,
@@ -34,8 +34,20 @@ pytestmark = pytest.mark.django_db(transaction=True)
 YES = {"action": "accept", "content": {"confirm": True}}
 
 
+def create(mcp) -> str:  # type: ignore[no-untyped-def]
+    """A task of a client that answers questions (elicitation), so one can be asked of it."""
+    body = request(
+        "tools/call",
+        {"name": "slow_compute", "arguments": {"seconds": 30}},
+        tasks=True,
+        elicitation={},
+    )
+    task_id: str = result_of(mcp.post(body))["taskId"]
+    return task_id
+
+
 def test_tasks_update_with_60000_keys_is_refused_at_once_naming_the_limit(mcp) -> None:  # type: ignore[no-untyped-def]
-    task_id = create(mcp)["taskId"]
+    task_id = create(mcp)
     question = ask(task_id, "confirm")
     responses: dict = {f"k{i:05d}": {} for i in range(60_000)}
     responses[question.key] = YES
@@ -60,7 +72,7 @@ def test_tasks_update_with_60000_keys_is_refused_at_once_naming_the_limit(mcp) -
 
 def test_tasks_update_at_the_limit_answers_in_one_transaction(mcp, settings) -> None:  # type: ignore[no-untyped-def]
     settings.TASKDESK_MAX_INPUT_RESPONSES = 5
-    task_id = create(mcp)["taskId"]
+    task_id = create(mcp)
     first, second = ask(task_id, "first"), ask(task_id, "second")
     responses = {first.key: YES, second.key: YES, "nope-1": YES, "nope-2": YES, "nope-3": YES}
     with CaptureQueriesContext(connection) as queries:

@@ -31,7 +31,9 @@ YES = {"action": "accept", "content": {"confirm": True}}
 
 
 def create(mcp) -> str:  # type: ignore[no-untyped-def]
-    body = request("tools/call", {"name": "slow_compute", "arguments": {"seconds": 30}}, tasks=True)
+    # The client answers questions (elicitation), so one can be asked of it below.
+    arguments = {"name": "slow_compute", "arguments": {"seconds": 30}}
+    body = request("tools/call", arguments, tasks=True, elicitation={})
     task_id: str = result_of(mcp.post(body))["taskId"]
     return task_id
 

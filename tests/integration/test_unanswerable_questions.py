@@ -148,7 +148,7 @@ def answer_in_the_live_inbox(stack: LiveStack, request: InputRequest) -> None:
             f"/inbox/{request.pk}/",
             data={
                 "_action": "accept",
-                "ok": "on",
+                "ok": "true",  # the Yes of its Yes/No choice
                 "csrfmiddlewaretoken": browser.cookies["csrftoken"],
             },
         )

@@ -34,13 +34,14 @@ import json
 import logging
 import threading
 import time
+from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
-from django.db import DatabaseError
+from django.db import InterfaceError, OperationalError
 from django.db.models import Sum
 from django.dispatch import receiver
 
@@ -101,14 +102,16 @@ class _Memo:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._read: dict[int, tuple[float, int, float]] = {}
-        self._own: dict[int, list[tuple[float, int]]] = {}
+        # Per client: its accepts (time, size) in time order, and their total.
+        self._own: dict[int, tuple[deque[tuple[float, int]], list[int]]] = {}
 
     def get(self, client_id: int) -> int | None:
         with self._lock:
             read = self._read.get(client_id)
             if read is None or time.monotonic() - read[0] > MEMO_SECONDS:
                 return None
-            return read[1] + sum(size for _, size in self._own.get(client_id, ()))
+            own = self._own.get(client_id)
+            return read[1] + (own[1][0] if own else 0)
 
     def put(self, client_id: int, figure: int, counted_at: float) -> int:
         """Note FIGURE, counted at COUNTED_AT (``time.time()``); return it with this
@@ -118,17 +121,20 @@ class _Memo:
                 self._read.clear()  # clients come and go; never grow without bound
                 self._own.clear()
             self._read[client_id] = (time.monotonic(), figure, counted_at)
-            own = [(at, size) for at, size in self._own.get(client_id, ()) if at > counted_at]
-            if own:
-                self._own[client_id] = own
-            else:
-                self._own.pop(client_id, None)
-            return figure + sum(size for _, size in own)
+            own = self._own.get(client_id)
+            if own is None:
+                return figure
+            accepts, total = own
+            while accepts and accepts[0][0] <= counted_at:  # in that count already
+                total[0] -= accepts.popleft()[1]
+            return figure + total[0]
 
     def add(self, client_id: int, size: int) -> None:
         with self._lock:
             if client_id in self._read:  # a client whose figure this process checks
-                self._own.setdefault(client_id, []).append((time.time(), size))
+                accepts, total = self._own.setdefault(client_id, (deque(), [0]))
+                accepts.append((time.time(), size))
+                total[0] += size
 
     def forget(self, client_ids: Iterable[int]) -> None:
         with self._lock:
@@ -148,7 +154,7 @@ def _cache_outage(exc: BaseException) -> bool:
     import redis.exceptions
 
     return isinstance(
-        exc, ConnectionError | DatabaseError | redis.exceptions.ConnectionError
+        exc, ConnectionError | OperationalError | InterfaceError | redis.exceptions.ConnectionError
         | redis.exceptions.TimeoutError,
     )  # fmt: skip
 
@@ -172,6 +178,8 @@ def stored_bytes(client_id: int) -> int | None:
         if not _cache_outage(exc):
             raise
         log.warning("stored bytes not counted (cache or database unavailable): %s", exc)
+        # Not tried again for MEMO_SECONDS: meanwhile this process sees its own accepts only.
+        _memo.put(client_id, 0, float("-inf"))
         return None
     counted, counted_at = cached
     return _memo.put(client_id, int(counted), float(counted_at))

@@ -2,10 +2,12 @@
 (``TASKDESK_MAX_STORED_BYTES_PER_CLIENT``).
 
 Each task counts its own bytes in ``Task.stored_bytes``, as compact JSON (text as UTF-8):
-its arguments, written by the statement that accepts it, and its result, error and status
-message, added by the statement that ends it (``transitions``). A status message of a task
-that has not ended (progress, a question's prompt) is not counted: it is at most 2,000
-characters and is replaced when the task ends. A client's figure is the sum over its tasks;
+its arguments, written by the statement that accepts it; the answers to its questions, added
+when one is recorded (``elicitations.transitions``: the answer and its event's copy); and its
+result, error and status message, added by the statement that ends it (``transitions``).
+Not counted: a status message of a task that has not ended (progress, a question's prompt;
+at most 2,000 characters, replaced when the task ends), the questions themselves, and the
+timeline's other events (small, of a bounded shape). A client's figure is the sum over its tasks;
 the purge deletes tasks, and so lowers it.
 
 The figure is not kept on the client row. A counter there, updated by every accept and
@@ -71,12 +73,6 @@ def ended_bytes(fields: dict[str, Any]) -> int:
         + json_bytes(fields.get("error"))
         + len(str(fields.get("status_message") or "").encode())
     )
-
-
-def task_bytes(task: Task) -> int:
-    """The bytes TASK keeps, from the task itself (an ended task: arguments and its end)."""
-    ended = {"result": task.result, "error": task.error, "status_message": task.status_message}
-    return json_bytes(task.arguments) + (ended_bytes(ended) if task.is_terminal else 0)
 
 
 # --- the per-client figure ---------------------------------------------------------------------

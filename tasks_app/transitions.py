@@ -86,7 +86,7 @@ def _move(
     now = timezone.now()
     if to in TERMINAL_STATUSES:
         task.finished_at = now
-        task.stored_bytes = storage.task_bytes(task)
+        task.stored_bytes += storage.ended_bytes(fields or {})
         update += ["finished_at", "stored_bytes"]
     task.save(update_fields=update)
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)

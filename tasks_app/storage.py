@@ -7,8 +7,8 @@ when one is recorded (``elicitations.transitions``: the answer and its event's c
 result, error and status message, added by the statement that ends it (``transitions``).
 Not counted: a status message of a task that has not ended (progress, a question's prompt;
 at most 2,000 characters, replaced when the task ends), the questions themselves, and the
-timeline's other events (small, of a bounded shape). A client's figure is the sum over its tasks;
-the purge deletes tasks, and so lowers it.
+timeline's other events (small, of a bounded shape). A client's figure is the sum over its
+tasks; the purge deletes tasks, and so lowers it.
 
 The figure is not kept on the client row. A counter there, updated by every accept and
 every leg end of the client, would be one row all of a client's concurrent calls lock and

@@ -6,15 +6,14 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('tasks_app', '0018_demo_refund_refused_calls'),
+        ("tasks_app", "0018_demo_refund_refused_calls"),
     ]
 
     operations = [
         migrations.AddField(
-            model_name='task',
-            name='stored_bytes',
+            model_name="task",
+            name="stored_bytes",
             field=models.BigIntegerField(default=0),
         ),
     ]

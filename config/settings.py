@@ -569,6 +569,16 @@ TASKDESK_MAX_INPUT_RESPONSES = env_int("TASKDESK_MAX_INPUT_RESPONSES", 100, mini
 # one fails the task), each as compact JSON.
 TASKDESK_MAX_ARGUMENT_BYTES = env_int("TASKDESK_MAX_ARGUMENT_BYTES", 512 * 1024, minimum=1024)
 TASKDESK_MAX_RESULT_BYTES = env_int("TASKDESK_MAX_RESULT_BYTES", 1024 * 1024, minimum=1024)
+# The bytes one client's kept tasks may hold together (arguments, results, errors, status
+# messages and answers, as compact JSON; 0: no limit): beyond it a new task is refused (429
+# storage_quota) until the purge frees some. The figure is recounted from the database at
+# most every TASKDESK_STORED_BYTES_RECOUNT_SECONDS (tasks_app/storage.py; docs/operations.md).
+TASKDESK_MAX_STORED_BYTES_PER_CLIENT = env_int(
+    "TASKDESK_MAX_STORED_BYTES_PER_CLIENT", 1024 * 1024 * 1024, minimum=0
+)
+TASKDESK_STORED_BYTES_RECOUNT_SECONDS = env_int(
+    "TASKDESK_STORED_BYTES_RECOUNT_SECONDS", 60, minimum=1
+)
 # How long an MRTR requestState (answers collected by a synchronous call) stays valid.
 TASKDESK_MRTR_STATE_SECONDS = env_int("TASKDESK_MRTR_STATE_SECONDS", 900, minimum=1)
 # The 2025-11-25 handshake wire: a session unused for this long is gone (404; the client

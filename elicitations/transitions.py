@@ -25,6 +25,7 @@ from typing import Any
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
+from django.db.models import F
 from django.utils import timezone
 
 from elicitations import routing, schemas
@@ -37,7 +38,7 @@ from elicitations.models import (
     RequestStatus,
 )
 from elicitations.schemas import UnsupportedSchema
-from tasks_app import operators
+from tasks_app import operators, storage
 from tasks_app import transitions as task_transitions
 from tasks_app.models import Actor, Client, EventKind, Status, Task, event
 from tasks_app.seams import StatementPart
@@ -323,6 +324,9 @@ def answer(
         if not won:  # unreachable while the task row is locked; kept as the CAS guard
             request.refresh_from_db()
             return _late(locked, request, action, channel=channel, actor=(actor_type, actor))
+        # The answer is kept twice (the request's and the event's): the task counts both.
+        kept = storage.json_bytes(stored) + storage.json_bytes(stored.get("content"))
+        Task.objects.filter(pk=locked.pk).update(stored_bytes=F("stored_bytes") + kept)
         event(
             locked,
             EventKind.INPUT_ANSWERED,

@@ -17,12 +17,16 @@ it creates nothing. The count is read before the insert, so clients racing at th
 pass it by the number of their concurrent calls. Reading it costs the database a look at up
 to the limit's number of index entries, so a web process that found a client far below its
 limit trusts that for a while (``_ActiveCounts``); near the limit it counts on every call.
+
+The bytes a client's kept tasks hold are bounded by ``TASKDESK_MAX_STORED_BYTES_PER_CLIENT``
+(``StorageQuota``), with a figure that is recounted now and then, not on every call
+(``tasks_app.storage`` says how, and how far a client can pass it); a replay is never
+refused by it either.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import threading
 import time
 from dataclasses import dataclass
@@ -33,7 +37,7 @@ import rfc8785
 from django.conf import settings
 from django.utils import timezone
 
-from tasks_app import dispatch, metrics, retention, sql, tracing
+from tasks_app import dispatch, metrics, retention, sql, storage, tracing
 from tasks_app.models import ACTIVE_STATUSES, Client, Status, Task
 from tasks_app.tools import InvalidArguments, ToolSpec
 
@@ -79,6 +83,23 @@ class ActiveTaskLimit(AcceptanceError):
             "some, then send the call again",
             {"reason": "active_task_limit", "limit": limit},
         )
+        self.limit = limit
+
+
+class StorageQuota(AcceptanceError):
+    """The client's kept tasks hold as many bytes as they may (the transport answers 429)."""
+
+    code = -32000
+
+    def __init__(self, stored: int, limit: int) -> None:
+        super().__init__(
+            f"Storage quota reached: this client's kept tasks hold {stored} bytes of "
+            f"arguments and results, and it may keep {limit} "
+            "(TASKDESK_MAX_STORED_BYTES_PER_CLIENT); the room is freed as its tasks are "
+            "purged after their time to live (ttlMs)",
+            {"reason": "storage_quota", "bytes": stored, "limit": limit},
+        )
+        self.stored = stored
         self.limit = limit
 
 
@@ -143,7 +164,7 @@ def fingerprint(tool: ToolSpec, normalized: dict[str, Any]) -> str:
 
 def json_size(value: Any) -> int:
     """How many bytes VALUE takes as compact JSON (as it is stored, near enough)."""
-    return len(json.dumps(value, separators=(",", ":"), default=str).encode())
+    return storage.json_bytes(value)
 
 
 def _normalize(tool: ToolSpec, arguments: object) -> dict[str, Any]:
@@ -209,8 +230,12 @@ def _accept(
     limit = settings.TASKDESK_MAX_ACTIVE_TASKS_PER_CLIENT
     if limit and _at_active_limit(client, limit) and not _key_used(client, value):
         raise ActiveTaskLimit(limit)
+    full = storage.over_quota(client.pk)
+    if full is not None and not _key_used(client, value):
+        raise StorageQuota(*full)
     fp = fingerprint(tool, normalized)
     task = new_task(client, tool, normalized, fp, value, era, client_answers=client_answers)
+    task.stored_bytes = size
     # The dispatch record written here keeps this span's context for the task's first leg.
     with tracing.span("dispatch", tool=tool.name):
         stored = sql.hot_path().insert_or_get(
@@ -218,6 +243,7 @@ def _accept(
         )
     if isinstance(stored, sql.Accepted):
         dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk, unless_drained=True)
+        storage.accepted(client.pk, size)
         metrics.task_accepted(tool=tool.name, replayed=False)
         return Receipt(task=stored.task, replayed=False, key=value, carrier=carrier)
     if stored.task.fingerprint != task.fingerprint:

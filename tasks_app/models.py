@@ -141,6 +141,11 @@ class Task(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     finished_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True, db_index=True)
+    # The bytes the task keeps, as compact JSON: its arguments (written on acceptance), the
+    # answers to its questions (as each is recorded), and its result, error and status
+    # message once it ends (in the statement that ends it).
+    # Summed per client for TASKDESK_MAX_STORED_BYTES_PER_CLIENT (``tasks_app.storage``).
+    stored_bytes = models.BigIntegerField(default=0)
 
     class Meta:
         constraints = [

@@ -9,7 +9,9 @@ Retention never undoes idempotency: a task with an effect in ``intended`` or ``u
 (nobody knows whether it happened) is never purged, so its key stays reserved and a retry
 cannot do the effect again; it is purged on a later run once the effect has settled (an
 operator reconciles it). Every purged task leaves a ``PurgedTask`` archive line (id, key,
-client, outcome), written in the transaction that deletes it.
+client, outcome), written in the transaction that deletes it. Deleting a task frees the
+bytes it kept: the purge drops the stored-bytes figures of the clients it purged
+(``tasks_app.storage``), so their next call counts again.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from django.db import transaction
 from django.db.models import Exists, OuterRef, QuerySet
 from django.utils import timezone
 
-from tasks_app import transitions
+from tasks_app import storage, transitions
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -73,6 +75,7 @@ def purge_expired(*, batch: int = 1000, now: datetime | None = None) -> int:
     now = now or timezone.now()
     expire_unfinished(now=now)
     total = 0
+    purged_clients: set[int] = set()
     while True:
         with transaction.atomic():
             tasks = list(
@@ -107,6 +110,8 @@ def purge_expired(*, batch: int = 1000, now: datetime | None = None) -> int:
             )
             Task.objects.filter(pk__in=[task.pk for task in tasks]).delete()  # rows cascade
         total += len(tasks)
+        purged_clients.update(task.client_id for task in tasks)
+    storage.forget(purged_clients)
     if total:
         log.info("purged %s expired tasks", total)
     kept = held_back(now=now).count()

@@ -50,7 +50,7 @@ from typing import Any
 import psycopg
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
-from django.db.models import Field, Q
+from django.db.models import F, Field, Q
 from django.db.models.expressions import Col
 from django.db.models.functions import Now
 from django.utils.dateparse import parse_datetime
@@ -353,6 +353,8 @@ class Ending:
     fields: dict[str, Any]
     detail: dict[str, Any]
     now: datetime
+    # The bytes the end adds to the task's ``stored_bytes`` (``tasks_app.storage``).
+    grow: int = 0
 
 
 @dataclass(frozen=True)
@@ -784,7 +786,8 @@ class Portable:
             changed = Task.objects.filter(
                 holds(task_id=e.task_id, owner=e.owner, leg=e.leg), status=Status.WORKING
             ).update(status=e.status, updated_at=e.now, finished_at=e.now, lease_owner="",
-                     lease_expires_at=None, **e.fields)  # fmt: skip
+                     lease_expires_at=None, stored_bytes=F("stored_bytes") + e.grow,
+                     **e.fields)  # fmt: skip
             if not changed:
                 return None
             task = Task(id=e.task_id)
@@ -1143,7 +1146,8 @@ SELECT old_task.*, NULL FROM old_task
     ORDER BY n""")  # fmt: skip
         return f"""ended AS (
     UPDATE {t["task"]} SET status = %(to)s, updated_at = %(now)s, finished_at = %(now)s,
-        lease_owner = '', lease_expires_at = NULL{assignments}
+        lease_owner = '', lease_expires_at = NULL,
+        stored_bytes = stored_bytes + %(grow)s::bigint{assignments}
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
         AND leg = %(leg)s AND lease_expires_at > statement_timestamp()
     RETURNING id, tool_name, created_at
@@ -1179,6 +1183,7 @@ SELECT old_task.*, NULL FROM old_task
             seams.pending_questions().closing_statement().params,
             task_id=e.task_id,
             to=e.status.value,
+            grow=e.grow,
             owner=e.owner,
             leg=e.leg,
             kind=e.kind.value,

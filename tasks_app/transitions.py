@@ -21,7 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import dispatch, metrics, seams, sql
+from tasks_app import dispatch, metrics, seams, sql, storage
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -86,7 +86,8 @@ def _move(
     now = timezone.now()
     if to in TERMINAL_STATUSES:
         task.finished_at = now
-        update.append("finished_at")
+        task.stored_bytes += storage.ended_bytes(fields or {})
+        update += ["finished_at", "stored_bytes"]
     task.save(update_fields=update)
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
     if to in TERMINAL_STATUSES:
@@ -120,7 +121,8 @@ def _end_leased(
     assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
     now = timezone.now()
     ending = sql.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, leg=lease_leg,
-                        actor=actor, fields=fields, detail=detail, now=now)  # fmt: skip
+                        actor=actor, fields=fields, detail=detail, now=now,
+                        grow=storage.ended_bytes(fields))  # fmt: skip
     ended = sql.hot_path().end_leased(ending)
     if ended is None:
         raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner} (leg {lease_leg})")

@@ -396,3 +396,17 @@ def test_a_client_question_left_keeps_the_task_waiting_on_the_client(task, ask, 
     assert outcome.recorded and not outcome.resumed
     task.refresh_from_db()
     assert task.status == "input_required"
+
+
+def test_a_recorded_answer_counts_in_its_tasks_stored_bytes(task, ask, operator) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app import storage
+
+    request = ask()
+    before = Task.objects.get(pk=task.pk).stored_bytes
+    transitions.answer(task=task, key=request.key, response=APPROVE, channel="inbox", user=operator)
+    stored = InputRequest.objects.get(pk=request.pk).answer
+    added = storage.json_bytes(stored) + storage.json_bytes(stored["content"])
+    assert Task.objects.get(pk=task.pk).stored_bytes == before + added
+    # A late answer stores nothing more.
+    transitions.answer(task=task, key=request.key, response=APPROVE, channel="inbox", user=operator)
+    assert Task.objects.get(pk=task.pk).stored_bytes == before + added

@@ -131,6 +131,14 @@ def accept(
             retry_after=ACTIVE_LIMIT_RETRY_SECONDS,
             limit=exc.limit,
         ) from None
+    except acceptance.StorageQuota as exc:
+        raise limits.over_limit(
+            "storage_quota",
+            exc.message,
+            retry_after=settings.TASKDESK_STORED_BYTES_RECOUNT_SECONDS,
+            limit=exc.limit,
+            bytes=exc.stored,
+        ) from None
     except acceptance.AcceptanceError as exc:
         raise from_code(exc.code, exc.message, exc.data) from None
     except InvalidArguments as exc:

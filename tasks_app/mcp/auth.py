@@ -20,6 +20,7 @@ from rest_framework.views import APIView
 
 from tasks_app import tokens
 from tasks_app.clients import client_get_or_create
+from tasks_app.mcp.errors import is_outage
 from tasks_app.models import Client
 
 log = logging.getLogger("tasks_app.mcp")
@@ -84,9 +85,7 @@ class PollThrottle(throttling.SimpleRateThrottle):
         try:
             return self.allow_request(request, view)
         except Exception as exc:
-            from tasks_app.mcp import limits
-
-            if not limits.is_outage(exc):
+            if not is_outage(exc):
                 raise
             log.warning("poll rate not counted (cache unavailable): %s", exc)
             return True

@@ -22,7 +22,7 @@ import threading
 
 from django.core.cache import cache
 
-from tasks_app.mcp.errors import RetryLater
+from tasks_app.mcp.errors import RetryLater, is_outage
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -122,6 +122,4 @@ def _renew_forever() -> None:
 
 
 def _outage(exc: BaseException) -> bool:
-    from tasks_app.mcp import limits
-
-    return isinstance(exc, RetryLater) or limits.is_outage(exc)
+    return isinstance(exc, RetryLater) or is_outage(exc)

@@ -215,3 +215,25 @@ def from_code(code: int, message: str, data: Any = None) -> McpError:
     error.code = code
     error.http_status = HTTP_STATUS.get(code, 200)
     return error
+
+
+def outage_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """The exceptions that mean the database (first) or the broker or cache (second) cannot
+    be reached: a connection refused, dropped or timed out."""
+    import kombu.exceptions
+    import redis.exceptions
+    from django.db import InterfaceError, OperationalError
+
+    database: tuple[type[BaseException], ...] = (OperationalError, InterfaceError)
+    services: tuple[type[BaseException], ...] = (
+        kombu.exceptions.OperationalError,
+        redis.exceptions.ConnectionError,
+        redis.exceptions.TimeoutError,
+        ConnectionError,
+    )
+    return database, services
+
+
+def is_outage(exc: BaseException) -> bool:
+    database, services = outage_types()
+    return isinstance(exc, database + services)

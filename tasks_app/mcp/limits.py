@@ -39,11 +39,10 @@ from typing import Any
 from django.conf import settings
 from django.core.cache import cache
 from django.core.signals import setting_changed
-from django.db import InterfaceError as DbInterfaceError
-from django.db import OperationalError as DbOperationalError
 from django.dispatch import receiver
 
-from tasks_app.mcp.errors import McpError, RetryLater, unexpected
+from tasks_app.mcp import client_slots
+from tasks_app.mcp.errors import McpError, RetryLater, is_outage, outage_types, unexpected
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -116,29 +115,10 @@ def unavailable(part: str) -> RetryLater:
     )
 
 
-def _outage_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    import kombu.exceptions
-    import redis.exceptions
-
-    database: tuple[type[BaseException], ...] = (DbOperationalError, DbInterfaceError)
-    services: tuple[type[BaseException], ...] = (
-        kombu.exceptions.OperationalError,
-        redis.exceptions.ConnectionError,
-        redis.exceptions.TimeoutError,
-        ConnectionError,
-    )
-    return database, services
-
-
-def is_outage(exc: BaseException) -> bool:
-    database, services = _outage_types()
-    return isinstance(exc, database + services)
-
-
 def outage(exc: BaseException) -> RetryLater | None:
     """The 503 refusal for EXC if it means the database, broker or cache is unreachable (a
     connection refused, dropped or timed out); None for anything else, which is a bug."""
-    database, services = _outage_types()
+    database, services = outage_types()
     if isinstance(exc, RetryLater):
         return exc
     if isinstance(exc, database):
@@ -280,8 +260,6 @@ class HeldWork(Slots):
     def take(self, what: str | None = None, client: int | None = None) -> Callable[[], None]:
         """Take a slot (and one of CLIENT's, when given) or raise ``busy``; return the
         function that gives it back (once)."""
-        from tasks_app.mcp import client_slots
-
         what = what or self.what
         if not self.try_take():
             raise busy(what, limit=self.size, setting=self.setting)

@@ -35,6 +35,7 @@ from tasks_app.mcp.errors import (
     InvalidParams,
     McpError,
     from_code,
+    is_outage,
     tasks_extension_required,
 )
 from tasks_app.mcp.handlers import running
@@ -181,7 +182,7 @@ def _run_here(
         except (NeedInput, ProtocolError):
             raise  # the next MRTR round, or the tool's own JSON-RPC error (running.run)
         except Exception as exc:
-            if limits.is_outage(exc):
+            if is_outage(exc):
                 raise  # 503, not the tool's failure
             reference = new_reference()
             log.exception("tool %s raised (reference %s)", tool.name, reference)

@@ -21,7 +21,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import dispatch, metrics, seams, sql
+from tasks_app import dispatch, metrics, outbox, seams, sql
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -89,6 +89,7 @@ def _move(
         update.append("finished_at")
     task.save(update_fields=update)
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
+    outbox.write_for_task(task, kind, now=now)  # the client's webhooks, in this transaction
     if to in TERMINAL_STATUSES:
         if task.lease_owner:  # a terminal task holds no lease (a leg still running loses it)
             sql.hot_path().release(task_id=task.pk, owner=None, now=now)

@@ -128,6 +128,8 @@ def test_a_thousand_tasks_completing_at_once_are_all_delivered_within_a_minute( 
     print(f"1,000 completions in {ended - started:.1f} s, all delivered after {took:.1f} s")
     assert all(d.verified for d in receiver.deliveries)
     assert {d.body["data"]["taskId"] for d in receiver.deliveries} == {t.pk for t in tasks}
-    assert not OutboxMessage.objects.filter(delivered_at__isnull=True).exclude(
-        due_at__gt=timezone.now()
-    ).exists()
+    assert (
+        not OutboxMessage.objects.filter(delivered_at__isnull=True)
+        .exclude(due_at__gt=timezone.now())
+        .exists()
+    )

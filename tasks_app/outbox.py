@@ -20,7 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Q
+from django.db.models import F
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -173,7 +173,3 @@ def send_again(message: OutboxMessage, *, now: datetime | None = None) -> None:
     OutboxMessage.objects.filter(pk=message.pk).update(
         delivered_at=None, gave_up_at=None, due_at=now, retry_from=now
     )
-
-
-def pending_of_endpoint(endpoint: WebhookEndpoint) -> Q:
-    return Q(endpoint=endpoint, delivered_at__isnull=True, gave_up_at__isnull=True)

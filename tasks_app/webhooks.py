@@ -332,7 +332,12 @@ def deliver(message: OutboxMessage, build_data: BodyBuilder = data_of) -> bool:
         return False
     body = message.body
     if body is None:
-        body = outbox.fix_body(message, body_of(message, build_data(message)))
+        try:
+            data = build_data(message)
+        except Task.DoesNotExist:  # purged meanwhile (its messages go with it)
+            outbox.give_up(message, reason="the task is gone", now=now)
+            return False
+        body = outbox.fix_body(message, body_of(message, data))
     answer = post(
         endpoint.url, body, signed_headers(endpoint.secret, message.message_id, body, now)
     )

@@ -350,3 +350,35 @@ def test_send_again_needs_a_post_with_csrf(alice, receiver, task, operator) -> N
     assert browser.post(again).status_code == 403  # no CSRF token
     message.refresh_from_db()
     assert message.delivered_at is not None  # not sent again
+
+
+# --- the admin ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staff(alice, django_user_model):  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(username="sam", password="pw", is_staff=True)
+    alice.tenant.members.add(user)
+    user.user_permissions.add(*Permission.objects.filter(codename__endswith="webhookendpoint"))
+    return user
+
+
+def test_the_admin_registers_an_endpoint_and_shows_its_secret_once(
+    alice, bob, staff, client
+) -> None:  # type: ignore[no-untyped-def]
+    client.force_login(staff)
+    add = reverse("admin:tasks_app_webhookendpoint_add")
+    form = {"client": alice.pk, "url": "http://127.0.0.1:9/hook", "events": ["task.failed"]}
+    page = client.post(add, {**form, "enabled": "on"})
+    assert page.status_code == 200
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.secret.startswith("whsec_") and endpoint.secret in page.content.decode()
+    change = client.get(reverse("admin:tasks_app_webhookendpoint_change", args=[endpoint.pk]))
+    assert endpoint.secret not in change.content.decode()  # shown once
+    refused = client.post(add, {**form, "url": "http://10.0.0.5/hook"})
+    assert "refused" in refused.content.decode() and WebhookEndpoint.objects.count() == 1
+    # Another tenant's client cannot be chosen.
+    other = client.post(add, {**form, "client": bob.pk})
+    assert other.status_code == 200 and WebhookEndpoint.objects.count() == 1

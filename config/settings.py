@@ -492,6 +492,9 @@ TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = env_float(
 )
 TASKDESK_WEBHOOK_TIMEOUT_SECONDS = env_float("TASKDESK_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = env_bool("TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK", False)
+# Certificate authorities webhook receivers' certificates are checked against (a PEM file):
+# the system's by default; an internal CA for receivers in TASKDESK_WEBHOOK_ALLOWED_NETWORKS.
+TASKDESK_WEBHOOK_CA_FILE = env_str("TASKDESK_WEBHOOK_CA_FILE") or None
 TASKDESK_WEBHOOK_ALLOWED_NETWORKS = env_list("TASKDESK_WEBHOOK_ALLOWED_NETWORKS", [])
 for _network in TASKDESK_WEBHOOK_ALLOWED_NETWORKS:
     try:

@@ -239,6 +239,7 @@ def post(url: str, body: str, headers: dict[str, str]) -> Answer:
             server_hostname=target.host,
             assert_hostname=target.host,
             cert_reqs="CERT_REQUIRED",
+            ca_certs=settings.TASKDESK_WEBHOOK_CA_FILE,
         )
     else:
         pool = urllib3.HTTPConnectionPool(

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import ssl
 import threading
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -29,6 +30,9 @@ class Receiver:
     secret: str = ""
     script: list[int] = field(default_factory=list)
     hold_first: float = 0.0
+    # TLS: (certificate file, key file) to serve https; the SNI names the senders gave.
+    tls: tuple[str, str] | None = None
+    server_names: list[str | None] = field(default_factory=list)
     deliveries: list[Delivery] = field(default_factory=list)
     received: threading.Event = field(default_factory=threading.Event)
 
@@ -48,7 +52,13 @@ class Receiver:
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.server.daemon_threads = True
-        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hooks/taskdesk"
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}/hooks/taskdesk"
+        if self.tls is not None:
+            context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            context.load_cert_chain(*self.tls)
+            context.sni_callback = lambda sock, name, ctx: self.server_names.append(name)  # type: ignore[assignment,func-returns-value]
+            self.server.socket = context.wrap_socket(self.server.socket, server_side=True)
         self._thread = threading.Thread(target=self.server.serve_forever, daemon=True)
         self._thread.start()
 

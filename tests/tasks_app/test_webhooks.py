@@ -382,3 +382,105 @@ def test_the_admin_registers_an_endpoint_and_shows_its_secret_once(
     # Another tenant's client cannot be chosen.
     other = client.post(add, {**form, "client": bob.pk})
     assert other.status_code == 200 and WebhookEndpoint.objects.count() == 1
+
+
+# --- https: the checked address, the name in Host and TLS -------------------------------------
+
+
+def _certificate(folder, name: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A self-signed certificate for NAME (its own CA): (certificate file, key file)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = timezone.now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_file), str(key_file)
+
+
+@pytest.fixture
+def dns(monkeypatch):  # type: ignore[no-untyped-def]
+    """A resolver the test controls: name -> address (anything else resolves as usual)."""
+    import socket
+
+    names: dict[str, str] = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host in names:
+            return real(names[host], port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return names
+
+
+def test_https_goes_to_the_checked_address_with_the_name_in_host_and_sni(  # type: ignore[no-untyped-def]
+    alice, task, tmp_path, settings, dns
+) -> None:
+    cert, key = _certificate(tmp_path, "hooks.example.test")
+    settings.TASKDESK_WEBHOOK_CA_FILE = cert
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver = Receiver(tls=(cert, key))
+    try:
+        dns["hooks.example.test"] = "127.0.0.1"
+        url = f"https://hooks.example.test:{receiver.port}/in?x=1"
+        _, receiver.secret = webhooks.register(client=alice, url=url, events=["task.completed"])
+        transitions.complete(task_id=task.pk, result={"content": []})
+        webhooks.deliver_due(seconds=5)
+        assert [d.verified for d in receiver.deliveries] == [True]
+        assert receiver.deliveries[0].headers["host"] == f"hooks.example.test:{receiver.port}"
+        assert receiver.server_names == ["hooks.example.test"]
+        assert OutboxMessage.objects.get().delivered_at is not None
+
+        # The name now resolves to a private address (DNS rebinding): nothing is sent there.
+        dns["hooks.example.test"] = "10.9.8.7"
+        other = Task.objects.create(client=alice, tool_name="t", arguments={})
+        transitions.complete(task_id=other.pk, result={"content": []})
+        webhooks.deliver_due(seconds=5)
+        assert len(receiver.deliveries) == 1
+        attempt = DeliveryAttempt.objects.get(message__task=other)
+        assert attempt.status_code is None and "10.9.8.7" in attempt.error
+    finally:
+        receiver.close()
+
+
+def test_a_certificate_for_another_name_is_refused(alice, task, tmp_path, settings, dns) -> None:  # type: ignore[no-untyped-def]
+    cert, key = _certificate(tmp_path, "someone-else.test")
+    settings.TASKDESK_WEBHOOK_CA_FILE = cert
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver = Receiver(tls=(cert, key))
+    try:
+        dns["hooks.example.test"] = "127.0.0.1"
+        url = f"https://hooks.example.test:{receiver.port}/in"
+        _, receiver.secret = webhooks.register(client=alice, url=url, events=["task.completed"])
+        transitions.complete(task_id=task.pk, result={"content": []})
+        webhooks.deliver_due(seconds=5)
+        assert receiver.deliveries == []
+        attempt = DeliveryAttempt.objects.get()
+        assert attempt.status_code is None and "doesn't match" in attempt.error
+    finally:
+        receiver.close()

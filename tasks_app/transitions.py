@@ -6,8 +6,9 @@ transaction or statement.
 
 Each function locks the row (``select_for_update``; on SQLite the IMMEDIATE transaction
 serializes writers instead), checks the allowed-transition table, saves with
-``update_fields``, writes a ``TaskEvent`` in the same transaction and schedules follow-up
-work on commit. The MCP handlers, the inbox, the dashboard, the admin and the Celery jobs all
+``update_fields``, writes a ``TaskEvent`` (and, for the events a webhook of the task's client
+subscribes to, its ``tasks_app.outbox`` messages) in the same transaction and schedules
+follow-up work on commit. The MCP handlers, the inbox, the dashboard, the admin and the Celery jobs all
 call these functions.
 
 Lock order: a Task row is always locked before any of its InputRequest or Effect rows.

@@ -9,6 +9,7 @@ one line that names the variable, its value and what it accepts.
 from __future__ import annotations
 
 import contextlib
+import ipaddress
 import logging
 import os
 import secrets
@@ -452,6 +453,7 @@ CONTROL_JOBS = (
     "purge_expired_job",
     "expire_input_requests_job",
     "dispatch_retry_job",
+    "deliver_webhooks_job",
 )
 CELERY_TASK_ROUTES = {name: {"queue": TASKDESK_CONTROL_QUEUE} for name in CONTROL_JOBS}
 # Celery's time limits of every job that sets none (the control jobs): past the soft limit the
@@ -480,6 +482,27 @@ TASKDESK_SWEEP_SECONDS = env_float("TASKDESK_SWEEP_SECONDS", 5.0, minimum=0.5)
 # How often each worker writes its heartbeat row, and beat schedules heartbeat_job (the
 # beat row); /readyz fails on a row older than TASKDESK_WORKER_STALE_SECONDS.
 TASKDESK_HEARTBEAT_SECONDS = env_float("TASKDESK_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
+# Webhooks (tasks_app.webhooks): how often the control worker sends due messages, the retry
+# window and backoff, the timeout of one attempt, and which URLs may be registered.
+TASKDESK_WEBHOOK_SECONDS = env_float("TASKDESK_WEBHOOK_SECONDS", 2.0, minimum=0.1)
+TASKDESK_WEBHOOK_RETRY_HOURS = env_float("TASKDESK_WEBHOOK_RETRY_HOURS", 24.0, minimum=0.001)
+TASKDESK_WEBHOOK_BACKOFF_SECONDS = env_float("TASKDESK_WEBHOOK_BACKOFF_SECONDS", 5.0, minimum=0.01)
+TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = env_float(
+    "TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0, minimum=0.01
+)
+TASKDESK_WEBHOOK_TIMEOUT_SECONDS = env_float("TASKDESK_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = env_bool("TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK", False)
+# Certificate authorities webhook receivers' certificates are checked against (a PEM file):
+# the system's by default; an internal CA for receivers in TASKDESK_WEBHOOK_ALLOWED_NETWORKS.
+TASKDESK_WEBHOOK_CA_FILE = env_str("TASKDESK_WEBHOOK_CA_FILE") or None
+TASKDESK_WEBHOOK_ALLOWED_NETWORKS = env_list("TASKDESK_WEBHOOK_ALLOWED_NETWORKS", [])
+for _network in TASKDESK_WEBHOOK_ALLOWED_NETWORKS:
+    try:
+        ipaddress.ip_network(_network, strict=False)
+    except ValueError:
+        raise ImproperlyConfigured(
+            f"TASKDESK_WEBHOOK_ALLOWED_NETWORKS: {_network!r} is not a network (CIDR)"
+        ) from None
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},
     "heartbeat": {
@@ -491,6 +514,10 @@ CELERY_BEAT_SCHEDULE = {
     "expire-input-requests": {
         "task": "expire_input_requests_job",
         "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS),
+    },
+    "deliver-webhooks": {
+        "task": "deliver_webhooks_job",
+        "schedule": timedelta(seconds=TASKDESK_WEBHOOK_SECONDS),
     },
 }
 

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from tasks_app import operators, tokens
+from tasks_app import operators, tokens, webhooks
 from tasks_app.models import (
     Client,
     ClientToken,
@@ -26,6 +27,8 @@ from tasks_app.models import (
     Task,
     TaskEvent,
     Tenant,
+    WebhookEndpoint,
+    WebhookEvent,
 )
 
 
@@ -212,3 +215,55 @@ class PurgedTaskAdmin(History, admin.ModelAdmin[PurgedTask]):
 
     def has_view_permission(self, request: HttpRequest, obj: Any = None) -> bool:
         return bool(request.user.is_superuser)
+
+
+class WebhookEndpointForm(forms.ModelForm[WebhookEndpoint]):
+    url = forms.URLField(max_length=2000, assume_scheme="https")
+    events = forms.MultipleChoiceField(
+        choices=WebhookEvent.choices, widget=forms.CheckboxSelectMultiple
+    )
+
+    class Meta:
+        model = WebhookEndpoint
+        fields = ["client", "url", "events", "description", "enabled"]
+
+    def clean_url(self) -> str:
+        url = str(self.cleaned_data["url"])
+        if self.instance.pk is None or url != self.instance.url:
+            webhooks.check_url(url)
+        return url
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(TenantScoped):
+    """A client's webhook endpoints. The secret is made on saving a new one and shown once;
+    an endpoint disabled after failing for the retry window shows here as such (enable it
+    again once the receiver works)."""
+
+    form = WebhookEndpointForm
+    tenant_path = "client__tenant"
+    list_display = ["url", "client", "enabled", "failing_since", "disabled_at", "created_at"]
+    list_filter = ["enabled"]
+    readonly_fields = ["failing_since", "disabled_at", "disabled_reason", "created_at"]
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            obj.secret = webhooks.new_secret()
+            request.new_webhook_secret = obj.secret  # type: ignore[attr-defined]
+        elif "enabled" in form.changed_data and obj.enabled:
+            obj.failing_since = obj.disabled_at = None
+            obj.disabled_reason = ""
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
+        secret = getattr(request, "new_webhook_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"Webhook endpoint of {obj.client}",
+            "secret": secret,
+            "row": obj,
+        }
+        return TemplateResponse(request, "admin/tasks_app/webhookendpoint/registered.html", context)

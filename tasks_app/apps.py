@@ -15,8 +15,9 @@ class TasksAppConfig(AppConfig):
         from django.conf import settings
         from django.core.exceptions import ImproperlyConfigured
 
-        from tasks_app import tracing
+        from tasks_app import tracing, webhooks
         from tasks_app.mcp import checks  # noqa: F401 - registers the system checks
+        from tasks_app.mcp.handlers.tasks import task_as_got
         from tasks_app.tools.registry import ToolDefinitionError, load_toolsets
 
         # A toolset that cannot be served stops start-up (web, worker, beat, commands) here,
@@ -30,6 +31,8 @@ class TasksAppConfig(AppConfig):
         tracing.configure()
 
         post_migrate.connect(_create_cache_table, sender=self)
+        # A webhook's data is the task as tasks/get returns it.
+        webhooks.describe_tasks_with(task_as_got)
 
 
 def _create_cache_table(*, using: str = "default", **kwargs: Any) -> None:

@@ -29,7 +29,7 @@ from django_htmx.middleware import HtmxDetails
 
 from elicitations.selectors import input_requests_of_task, overdue_task_ids
 from tasks_app import operators, runtime, selectors, transitions
-from tasks_app.models import Actor, Effect, EffectState, Status, Task, TaskEvent
+from tasks_app.models import Actor, DeliveryAttempt, Effect, EffectState, Status, Task, TaskEvent
 from tasks_app.operators import operator_login_required
 from tasks_app.selectors import Count, Cursor, TaskFilters
 
@@ -239,6 +239,9 @@ def _int(text: str | None) -> int | None:
 def _task_version(task: Task) -> str:
     last_event = task.events.order_by("-pk").values_list("pk", flat=True).first()
     text = f"{task.status}|{task.updated_at.timestamp()}|{last_event}"
+    last_try = DeliveryAttempt.objects.filter(message__task=task).order_by("-pk").first()
+    if last_try is not None:  # a webhook attempt changes the page too
+        text += f"|{last_try.pk}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -270,6 +273,11 @@ def _task_page(
         "task": task,
         "input_requests": input_requests_of_task(task_id=task.pk),
         "effects": list(task.effects.order_by("seq")),
+        "webhook_messages": list(
+            task.outbox_messages.select_related("endpoint")
+            .prefetch_related("tries")
+            .order_by("created_at", "pk")
+        ),
         "journal": [_journal_row(e) for e in task.journal.order_by("seq")],
         "events": events,
         "earlier_events_url": _url("task_detail", {"events_before": str(earlier)}, task.pk)

@@ -70,6 +70,7 @@ VIEW_QUESTIONS = "elicitations.view_inputrequest"
 ANSWER_QUESTIONS = "elicitations.answer_inputrequest"
 CANCEL_TASKS = "tasks_app.cancel_task"
 RECONCILE_EFFECTS = "tasks_app.reconcile_effect"
+RESEND_WEBHOOKS = "tasks_app.resend_outboxmessage"
 
 # name -> (model, description) of the permissions the roles are made of.
 PERMISSIONS: dict[str, tuple[str, str]] = {
@@ -78,12 +79,20 @@ PERMISSIONS: dict[str, tuple[str, str]] = {
     ANSWER_QUESTIONS: ("inputrequest", "Can answer questions in the inbox"),
     CANCEL_TASKS: ("task", "Can request cancellation of tasks"),
     RECONCILE_EFFECTS: ("effect", "Can reconcile effects whose outcome is unknown"),
+    RESEND_WEBHOOKS: ("outboxmessage", "Can send a webhook again"),
 }
 VIEWER, ANSWERER, OPERATOR = "viewer", "answerer", "operator"
 ROLES: dict[str, tuple[str, ...]] = {
     VIEWER: (VIEW_TASKS, VIEW_QUESTIONS),
     ANSWERER: (VIEW_TASKS, VIEW_QUESTIONS, ANSWER_QUESTIONS),
-    OPERATOR: (VIEW_TASKS, VIEW_QUESTIONS, ANSWER_QUESTIONS, CANCEL_TASKS, RECONCILE_EFFECTS),
+    OPERATOR: (
+        VIEW_TASKS,
+        VIEW_QUESTIONS,
+        ANSWER_QUESTIONS,
+        CANCEL_TASKS,
+        RECONCILE_EFFECTS,
+        RESEND_WEBHOOKS,
+    ),
 }
 
 

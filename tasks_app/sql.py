@@ -57,9 +57,10 @@ from django.utils.dateparse import parse_datetime
 from psycopg.types.datetime import TimestamptzLoader
 from psycopg.types.json import Jsonb
 
-from tasks_app import seams, tracing
+from tasks_app import outbox, seams, tracing
 from tasks_app.models import (
     Actor,
+    Channel,
     Client,
     Dispatch,
     Drainer,
@@ -67,10 +68,12 @@ from tasks_app.models import (
     EffectState,
     EventKind,
     JournalEntry,
+    OutboxMessage,
     Status,
     Task,
     TaskEvent,
     Tenant,
+    WebhookEndpoint,
     event,
 )
 
@@ -390,6 +393,8 @@ class Portable:
             "client": self.q(Client._meta.db_table),
             "tenant": self.q(Tenant._meta.db_table),
             "drainer": self.q(Drainer._meta.db_table),
+            "outbox": self.q(OutboxMessage._meta.db_table),
+            "endpoint": self.q(WebhookEndpoint._meta.db_table),
         }
 
     # The database's clock in SQL (with Django's placeholders: ``%%`` is a percent sign),
@@ -794,6 +799,7 @@ class Portable:
             event(task, e.kind, actor_type=Actor.WORKER, actor=e.actor,
                   old_status=Status.WORKING, new_status=e.status, **e.detail)  # fmt: skip
             seams.pending_questions().close(task, reason=e.status)
+            outbox.write_for_task(e.task_id, e.kind, now=e.now)
             tool_name, created_at = Task.objects.values_list("tool_name", "created_at").get(
                 pk=e.task_id
             )
@@ -1150,11 +1156,20 @@ SELECT old_task.*, NULL FROM old_task
         stored_bytes = stored_bytes + %(grow)s::bigint{assignments}
     WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s
         AND leg = %(leg)s AND lease_expires_at > statement_timestamp()
-    RETURNING id, tool_name, created_at
+    RETURNING id, tool_name, created_at, client_id
 ), closed AS (
     {questions.sql}
 ), written AS (
     {ended}
+), messaged AS (
+    -- outbox.write_for_task: the client's webhook endpoints subscribed to the event (one
+    -- probe of an empty partial index for a client without any)
+    INSERT INTO {t["outbox"]} (channel, kind, message_id, task_id, endpoint_id, recipient,
+        detail, created_at, retry_from, due_at, attempts, last_error)
+    SELECT %(webhook)s, %(hook_event)s, 'msg_' || replace(gen_random_uuid()::text, '-', ''),
+        ended.id, hook.id, '', '{{}}'::jsonb, %(now)s, %(now)s, %(now)s, 0, ''
+    FROM ended JOIN {t["endpoint"]} AS hook ON hook.client_id = ended.client_id
+    WHERE hook.enabled AND hook.events @> %(hook_events)s::jsonb
 )"""
 
     @cache  # noqa: B019 (one instance per process)
@@ -1194,6 +1209,9 @@ SELECT old_task.*, NULL FROM old_task
             worker=Actor.WORKER.value,
             system=Actor.SYSTEM.value,
             input_closed=EventKind.INPUT_CLOSED.value,
+            webhook=Channel.WEBHOOK.value,
+            hook_event=outbox.WEBHOOK_EVENT_OF[e.kind].value,
+            hook_events=Jsonb([outbox.WEBHOOK_EVENT_OF[e.kind].value]),
         )
         names = tuple(sorted(e.fields))
         look = look_after_end.get()

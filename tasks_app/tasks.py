@@ -176,3 +176,13 @@ def purge_expired_job() -> int:
     sessions.purge_idle()
     runtime.strand_intended_of_finished()
     return retention.purge_expired()
+
+
+@shared_task(name="deliver_webhooks_job")
+def deliver_webhooks_job() -> int:
+    """Send the webhook messages that are due (``tasks_app.webhooks``), for up to half the
+    control jobs' soft time limit; whatever is left is sent by the next run."""
+    from tasks_app import webhooks
+
+    seconds = min(30.0, settings.TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS / 2)
+    return webhooks.deliver_due(seconds=seconds)

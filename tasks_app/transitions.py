@@ -6,8 +6,9 @@ transaction or statement.
 
 Each function locks the row (``select_for_update``; on SQLite the IMMEDIATE transaction
 serializes writers instead), checks the allowed-transition table, saves with
-``update_fields``, writes a ``TaskEvent`` in the same transaction and schedules follow-up
-work on commit. The MCP handlers, the inbox, the dashboard, the admin and the Celery jobs all
+``update_fields``, writes a ``TaskEvent`` (and, for the events a webhook of the task's client
+subscribes to, its ``tasks_app.outbox`` messages) in the same transaction and schedules
+follow-up work on commit. The MCP handlers, the inbox, the dashboard, the admin and the Celery jobs all
 call these functions.
 
 Lock order: a Task row is always locked before any of its InputRequest or Effect rows.
@@ -21,7 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import dispatch, metrics, seams, sql, storage
+from tasks_app import dispatch, metrics, outbox, seams, sql, storage
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -90,6 +91,7 @@ def _move(
         update += ["finished_at", "stored_bytes"]
     task.save(update_fields=update)
     event(task, kind, actor_type=actor_type, actor=actor, old_status=old, new_status=to, **detail)
+    outbox.write_for_task(task, kind, now=now)  # the client's webhooks, in this transaction
     if to in TERMINAL_STATUSES:
         if task.lease_owner:  # a terminal task holds no lease (a leg still running loses it)
             sql.hot_path().release(task_id=task.pk, owner=None, now=now)

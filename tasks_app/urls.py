@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from django.urls import path
 
-from tasks_app import dashboard
+from tasks_app import dashboard, deliveries
 
 urlpatterns = [
     path("tasks/", dashboard.task_list, name="task_list"),
@@ -12,5 +12,15 @@ urlpatterns = [
         "tasks/<str:task_id>/effects/<int:effect_id>/reconcile/",
         dashboard.effect_reconcile,
         name="effect_reconcile",
+    ),
+    path(
+        "clients/<int:client_id>/deliveries/",
+        deliveries.client_deliveries,
+        name="client_deliveries",
+    ),
+    path(
+        "clients/<int:client_id>/deliveries/<int:message_id>/send-again/",
+        deliveries.delivery_send_again,
+        name="delivery_send_again",
     ),
 ]

@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import transitions
+from tasks_app import outbox, transitions
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -396,6 +396,8 @@ class EffectScope(EffectHandle):
             )
             if changed:
                 self._event(Task(id=row.task_id), kind, state=state, **event_detail)
+                if state == EffectState.UNKNOWN:
+                    outbox.write_for_task(row.task_id, kind, detail=self._effect_facts(), now=now)
         if changed:
             row.state, row.detail = state, new_detail
         else:
@@ -415,6 +417,10 @@ class EffectScope(EffectHandle):
             leg=self.ctx.leg,
             **detail,
         )
+
+    def _effect_facts(self) -> dict[str, Any]:
+        assert self.row is not None
+        return {"effect": {"name": self.name, "seq": self.row.seq, "key": self.row.downstream_key}}
 
     def _register_compensation(self) -> None:
         if self.compensate is not None and self.row is not None:
@@ -539,5 +545,7 @@ def strand_intended_of_finished(*, now: datetime | None = None, limit: int = 100
                       actor="retention", effect=name, seq=seq, key=key,
                       state=EffectState.UNKNOWN,
                       reason="its task ended before the outcome was recorded")  # fmt: skip
+                outbox.write_for_task(task_id, EventKind.EFFECT_UNKNOWN, now=now,
+                                      detail={"effect": {"name": name, "seq": seq, "key": key}})  # fmt: skip
                 marked += 1
     return marked

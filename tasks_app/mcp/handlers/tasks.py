@@ -42,6 +42,11 @@ def tasks_get(call: Call) -> dict[str, Any]:
     throttle = PollThrottle(task.pk)  # counted per client and task, in the shared cache
     if not throttle.allows(call.request, call.view):
         raise limits.poll_rate(throttle.wait())
+    return task_as_got(task)
+
+
+def task_as_got(task: Task) -> dict[str, Any]:
+    """TASK as ``tasks/get`` returns it (also the ``data`` of its webhooks)."""
     requests = []
     if task.status == Status.INPUT_REQUIRED:
         # input_required lists every pending request the client may answer (SEP-2663).

@@ -1,0 +1,175 @@
+"""The outbox: messages to the outside world, written in the transaction of what they report.
+
+A status change (``tasks_app.transitions``; the single-statement end of a leg in
+``tasks_app.sql`` writes the same rows in its statement) and an effect whose outcome became
+unknown (``tasks_app.runtime.effects``) call ``write_for_task`` inside their transaction: one
+message per enabled webhook endpoint of the task's client subscribed to the event. No row is
+written, and one indexed look is the whole cost, for a client without endpoints. Senders
+(``tasks_app.webhooks`` for the webhook channel) take due messages with ``claim`` and settle
+them with ``delivered``, ``retry_at`` or ``give_up``; a message is sent at least once.
+
+Claiming moves a message's ``due_at`` past a lease: a sender killed in the middle of a
+delivery leaves the message to be taken again once the lease has passed (with the same
+``message_id``, so the receiver can tell a repeat).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from tasks_app.models import (
+    Channel,
+    DeliveryAttempt,
+    EventKind,
+    OutboxMessage,
+    Task,
+    WebhookEndpoint,
+    WebhookEvent,
+)
+
+# The timeline events that are webhook events.
+WEBHOOK_EVENT_OF: Mapping[str, WebhookEvent] = {
+    EventKind.COMPLETED: WebhookEvent.TASK_COMPLETED,
+    EventKind.FAILED: WebhookEvent.TASK_FAILED,
+    EventKind.CANCELLED: WebhookEvent.TASK_CANCELLED,
+    EventKind.INPUT_REQUIRED: WebhookEvent.TASK_INPUT_REQUIRED,
+    EventKind.EFFECT_UNKNOWN: WebhookEvent.EFFECT_UNKNOWN,
+}
+
+
+def write_for_task(
+    task: Task | str,
+    kind: EventKind | WebhookEvent | str,
+    *,
+    client_id: int | None = None,
+    detail: dict[str, Any] | None = None,
+    now: datetime | None = None,
+) -> int:
+    """In the caller's transaction: a webhook message about TASK (or its id) for each enabled
+    endpoint of its client subscribed to KIND (a timeline event kind or a webhook event type;
+    kinds that are no webhook event write nothing). Return how many were written."""
+    event_type = WEBHOOK_EVENT_OF.get(str(kind), kind if kind in WebhookEvent.values else None)
+    if event_type is None:
+        return 0
+    task_id = task if isinstance(task, str) else task.pk
+    if client_id is None and isinstance(task, Task) and task.client_id is not None:
+        client_id = task.client_id
+    endpoints = WebhookEndpoint.objects.filter(enabled=True)
+    if client_id is not None:
+        endpoints = endpoints.filter(client_id=client_id)
+    else:
+        endpoints = endpoints.filter(client__tasks__pk=task_id)
+    subscribed = [
+        pk for pk, events in endpoints.values_list("pk", "events") if event_type in events
+    ]
+    if not subscribed:
+        return 0
+    now = now or timezone.now()
+    OutboxMessage.objects.bulk_create(
+        OutboxMessage(
+            channel=Channel.WEBHOOK,
+            kind=str(event_type),
+            task_id=task_id,
+            endpoint_id=endpoint,
+            detail=detail or {},
+            created_at=now,
+            retry_from=now,
+            due_at=now,
+        )
+        for endpoint in subscribed
+    )
+    return len(subscribed)
+
+
+def claim(channel: str, *, limit: int, lease_seconds: float) -> list[OutboxMessage]:
+    """Take up to LIMIT due messages of CHANNEL, oldest due first, for LEASE_SECONDS: they are
+    not due again before then (a sender that dies leaves them to the next). Messages another
+    sender is taking at this moment are skipped (PostgreSQL)."""
+    now = timezone.now()
+    with transaction.atomic():
+        ids = list(
+            OutboxMessage.objects.select_for_update(skip_locked=True)
+            .filter(
+                channel=channel,
+                delivered_at__isnull=True,
+                gave_up_at__isnull=True,
+                due_at__lte=now,
+            )
+            .order_by("due_at")
+            .values_list("pk", flat=True)[:limit]
+        )
+        if not ids:
+            return []
+        OutboxMessage.objects.filter(pk__in=ids).update(
+            due_at=now + timedelta(seconds=lease_seconds)
+        )
+    return list(
+        OutboxMessage.objects.filter(pk__in=ids).select_related("endpoint").order_by("due_at", "pk")
+    )
+
+
+def fix_body(message: OutboxMessage, body: str) -> str:
+    """Keep BODY as MESSAGE's body unless one was kept already (by an earlier attempt);
+    return the body every delivery of the message sends."""
+    OutboxMessage.objects.filter(pk=message.pk, body__isnull=True).update(body=body)
+    kept = OutboxMessage.objects.values_list("body", flat=True).get(pk=message.pk)
+    message.body = kept
+    assert kept is not None
+    return kept
+
+
+def record_attempt(
+    message: OutboxMessage,
+    *,
+    started_at: datetime,
+    status_code: int | None,
+    latency_ms: int,
+    ok: bool,
+    error: str = "",
+) -> DeliveryAttempt:
+    with transaction.atomic():
+        OutboxMessage.objects.filter(pk=message.pk).update(
+            attempts=F("attempts") + 1, last_error=error[:500]
+        )
+        return DeliveryAttempt.objects.create(
+            message=message,
+            started_at=started_at,
+            status_code=status_code,
+            latency_ms=latency_ms,
+            ok=ok,
+            error=error[:500],
+        )
+
+
+def delivered(message: OutboxMessage, *, now: datetime | None = None) -> None:
+    OutboxMessage.objects.filter(pk=message.pk).update(
+        delivered_at=now or timezone.now(), last_error=""
+    )
+
+
+def retry_at(message: OutboxMessage, when: datetime) -> None:
+    OutboxMessage.objects.filter(pk=message.pk, delivered_at__isnull=True).update(due_at=when)
+
+
+def give_up(message: OutboxMessage, *, reason: str, now: datetime | None = None) -> bool:
+    """Stop trying MESSAGE; False if it was delivered or given up already."""
+    return bool(
+        OutboxMessage.objects.filter(
+            pk=message.pk, delivered_at__isnull=True, gave_up_at__isnull=True
+        ).update(gave_up_at=now or timezone.now(), last_error=reason[:500])
+    )
+
+
+def send_again(message: OutboxMessage, *, now: datetime | None = None) -> None:
+    """Deliver MESSAGE once more (an operator asked): due now, with a fresh retry window and
+    the same message id and body."""
+    now = now or timezone.now()
+    OutboxMessage.objects.filter(pk=message.pk).update(
+        delivered_at=None, gave_up_at=None, due_at=now, retry_from=now
+    )

@@ -1,0 +1,419 @@
+"""Signed webhooks to a client's systems: registering endpoints and delivering the outbox.
+
+An endpoint (``WebhookEndpoint``) is registered in the admin or with ``manage.py
+add_webhook`` (``register``); its secret is shown once. Its URL must be https (http only to
+a loopback address, and only with ``TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK``), and its host
+must resolve to public addresses: private, loopback, link-local and other special addresses
+are refused unless ``TASKDESK_WEBHOOK_ALLOWED_NETWORKS`` (CIDR list) allows them (loopback
+also with ``TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK``). The check is made at registration and
+again at each delivery: the name is resolved once, the address checked, and the connection
+made to that address, with the name in the Host header and in TLS (SNI and certificate
+check), so a name that resolves differently the second time reaches nothing unchecked.
+
+``deliver_due`` (the control job ``deliver_webhooks_job``) sends the outbox's webhook messages
+(``tasks_app.outbox``), signed per the Standard Webhooks specification with the
+``standardwebhooks`` package: ``webhook-id`` (the message's id, the same on every delivery),
+``webhook-timestamp`` and ``webhook-signature``. The body is ``{"type", "timestamp",
+"data"}``, ``data`` being the task as ``tasks/get`` returns it (built by the caller, fixed at
+the first attempt). A 2xx answer delivers the message; anything else (or no answer within
+``TASKDESK_WEBHOOK_TIMEOUT_SECONDS``; redirects are not followed) is retried with
+exponential backoff and jitter for ``TASKDESK_WEBHOOK_RETRY_HOURS``. An endpoint whose
+deliveries all failed for that long is disabled, with a warning in the log and an entry on
+the timeline of the task whose message was given up.
+"""
+
+from __future__ import annotations
+
+import base64
+import ipaddress
+import json
+import logging
+import random
+import secrets
+import socket
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import cache
+from typing import Any
+from urllib.parse import urlsplit
+
+import urllib3
+from django.conf import settings
+from django.core.exceptions import ImproperlyConfigured, ValidationError
+from django.db import transaction
+from django.utils import timezone
+from standardwebhooks.webhooks import Webhook
+
+from tasks_app import outbox
+from tasks_app.models import (
+    Actor,
+    Channel,
+    Client,
+    EventKind,
+    OutboxMessage,
+    Task,
+    WebhookEndpoint,
+    WebhookEvent,
+    event,
+)
+
+log = logging.getLogger(__name__)
+
+IpAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+# The most of an answer's body that is read (the rest is dropped with the connection).
+_ANSWER_BYTES = 4096
+_BATCH = 20
+
+
+class UnsafeUrl(ValueError):
+    """A webhook URL that may not be called (its scheme, or where its host resolves)."""
+
+
+# --- secrets and signing --------------------------------------------------------------------
+
+
+def new_secret() -> str:
+    """``whsec_`` + base64 of 32 random bytes (the Standard Webhooks format)."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(32)).decode()
+
+
+def signed_headers(secret: str, message_id: str, body: str, now: datetime) -> dict[str, str]:
+    """The Standard Webhooks headers of one delivery of BODY."""
+    timestamp = datetime.fromtimestamp(int(now.timestamp()), tz=now.tzinfo)
+    return {
+        "webhook-id": message_id,
+        "webhook-timestamp": str(int(timestamp.timestamp())),
+        "webhook-signature": Webhook(secret).sign(message_id, timestamp, body),
+    }
+
+
+# --- where a webhook may go -----------------------------------------------------------------
+
+
+@cache
+def _allowed_networks(text: tuple[str, ...]) -> tuple[IpNetwork, ...]:
+    try:
+        return tuple(ipaddress.ip_network(n.strip(), strict=False) for n in text if n.strip())
+    except ValueError as exc:
+        raise ImproperlyConfigured(f"TASKDESK_WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
+
+
+def _address_allowed(address: IpAddress) -> bool:
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
+        address = address.ipv4_mapped
+    if any(
+        address in n for n in _allowed_networks(tuple(settings.TASKDESK_WEBHOOK_ALLOWED_NETWORKS))
+    ):
+        return True
+    if address.is_loopback:
+        return bool(settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK)
+    return address.is_global and not address.is_multicast
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where one delivery goes: the URL's parts and the checked address to connect to."""
+
+    scheme: str
+    host: str
+    port: int
+    path: str
+    address: str
+
+    @property
+    def host_header(self) -> str:
+        default = 443 if self.scheme == "https" else 80
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return host if self.port == default else f"{host}:{self.port}"
+
+
+def resolve(url: str) -> Target:
+    """Check URL and resolve its host once; raise UnsafeUrl if it may not be called."""
+    parts = urlsplit(url)
+    scheme = parts.scheme.lower()
+    if scheme not in ("https", "http"):
+        raise UnsafeUrl("the URL must start with https://")
+    if parts.username or parts.password:
+        raise UnsafeUrl("the URL may not carry a user name or password")
+    host = parts.hostname
+    if not host:
+        raise UnsafeUrl("the URL has no host")
+    try:
+        port = parts.port or (443 if scheme == "https" else 80)
+    except ValueError:
+        raise UnsafeUrl("the URL's port is not a number") from None
+    try:
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
+    except (OSError, UnicodeError) as exc:
+        raise UnsafeUrl(f"the host {host} cannot be resolved ({exc})") from None
+    addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
+    if not addresses:
+        raise UnsafeUrl(f"the host {host} has no address")
+    refused = [a for a in addresses if not _address_allowed(a)]
+    if refused:
+        raise UnsafeUrl(
+            f"the host {host} resolves to {refused[0]}, a private or special address "
+            "(allow its network with TASKDESK_WEBHOOK_ALLOWED_NETWORKS)"
+        )
+    if scheme == "http" and not (
+        settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK and all(a.is_loopback for a in addresses)
+    ):
+        raise UnsafeUrl("the URL must start with https:// (http only to a loopback address)")
+    path = parts.path or "/"
+    if parts.query:
+        path += "?" + parts.query
+    return Target(scheme=scheme, host=host, port=port, path=path, address=str(addresses[0]))
+
+
+def check_url(url: str) -> None:
+    """Validate URL for registration (Django ValidationError if refused)."""
+    try:
+        resolve(url)
+    except UnsafeUrl as exc:
+        raise ValidationError(f"This webhook URL is refused: {exc}.", code="unsafe_url") from None
+
+
+def check_events(events: Iterable[str]) -> list[str]:
+    chosen = list(dict.fromkeys(events))
+    unknown = [e for e in chosen if e not in WebhookEvent.values]
+    if unknown or not chosen:
+        raise ValidationError(
+            f"Choose events among {', '.join(WebhookEvent.values)}"
+            + (f" (not {', '.join(unknown)})" if unknown else ""),
+            code="events",
+        )
+    return chosen
+
+
+def register(
+    *, client: Client, url: str, events: Iterable[str], description: str = ""
+) -> tuple[WebhookEndpoint, str]:
+    """Register an endpoint of CLIENT; return it and its secret (shown once)."""
+    chosen = check_events(events)
+    check_url(url)
+    secret = new_secret()
+    endpoint = WebhookEndpoint.objects.create(
+        client=client, url=url, events=chosen, secret=secret, description=description
+    )
+    return endpoint, secret
+
+
+# --- sending ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Answer:
+    status_code: int | None
+    latency_ms: int
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+def post(url: str, body: str, headers: dict[str, str]) -> Answer:
+    """POST BODY to URL once: to the address checked now, no redirects, short timeouts."""
+    started = time.monotonic()
+
+    def took() -> int:
+        return int((time.monotonic() - started) * 1000)
+
+    try:
+        target = resolve(url)
+    except UnsafeUrl as exc:
+        return Answer(None, took(), f"refused: {exc}")
+    seconds = settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS
+    timeout = urllib3.Timeout(connect=min(seconds, 5.0), read=seconds)
+    pool: urllib3.HTTPConnectionPool
+    if target.scheme == "https":
+        pool = urllib3.HTTPSConnectionPool(
+            target.address,
+            target.port,
+            timeout=timeout,
+            retries=False,
+            server_hostname=target.host,
+            assert_hostname=target.host,
+            cert_reqs="CERT_REQUIRED",
+            ca_certs=settings.TASKDESK_WEBHOOK_CA_FILE,
+        )
+    else:
+        pool = urllib3.HTTPConnectionPool(
+            target.address, target.port, timeout=timeout, retries=False
+        )
+    try:
+        with pool:
+            response = pool.urlopen(
+                "POST",
+                target.path,
+                body=body.encode(),
+                headers={
+                    **headers,
+                    "Host": target.host_header,
+                    "Content-Type": "application/json",
+                    "User-Agent": "Taskdesk-Webhooks",
+                },
+                redirect=False,
+                retries=False,
+                preload_content=False,
+                assert_same_host=False,
+            )
+            try:
+                response.read(_ANSWER_BYTES)
+            finally:
+                response.release_conn()
+            status = response.status
+    except (urllib3.exceptions.HTTPError, OSError) as exc:
+        return Answer(None, took(), f"{type(exc).__name__}: {exc}")
+    error = "" if 200 <= status < 300 else f"HTTP {status}"
+    return Answer(status, took(), error)
+
+
+def backoff_seconds(attempts: int) -> float:
+    """The wait after the ATTEMPTS-th failed attempt: doubling from
+    ``TASKDESK_WEBHOOK_BACKOFF_SECONDS`` up to ``TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS``, with
+    full jitter over its upper half."""
+    base = float(settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS)
+    ceiling: float = min(
+        base * 2 ** max(attempts - 1, 0), settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS
+    )
+    return ceiling / 2 + random.uniform(0, ceiling / 2)
+
+
+def _retry_window() -> timedelta:
+    return timedelta(hours=settings.TASKDESK_WEBHOOK_RETRY_HOURS)
+
+
+def lease_seconds() -> float:
+    """How long a sender holds the messages it took: a few attempts' longest time (it stops
+    taking its batch's next message when that would outlast the lease)."""
+    return 4 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS + 5
+
+
+TaskData = Callable[[Task], dict[str, Any]]
+_task_data: list[TaskData] = []
+
+
+def describe_tasks_with(builder: TaskData) -> None:
+    """Make BUILDER the ``data`` of a task's webhooks (``apps.ready``: the ``tasks/get``
+    result, which the protocol layer builds)."""
+    _task_data[:] = [builder]
+
+
+def data_of(message: OutboxMessage) -> dict[str, Any]:
+    """A webhook's ``data``: its task (as ``tasks/get`` returns it) and what the message's
+    writer added (an effect)."""
+    assert _task_data, "tasks_app.apps registers the task builder"
+    task = Task.objects.select_related("client").get(pk=message.task_id)
+    return {**_task_data[0](task), **message.detail}
+
+
+BodyBuilder = Callable[[OutboxMessage], dict[str, Any]]
+
+
+def body_of(message: OutboxMessage, data: dict[str, Any]) -> str:
+    payload = {
+        "type": message.kind,
+        "timestamp": message.created_at.isoformat().replace("+00:00", "Z"),
+        "data": data,
+    }
+    return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
+
+
+def deliver(message: OutboxMessage, build_data: BodyBuilder = data_of) -> bool:
+    """One attempt at MESSAGE (taken with ``outbox.claim``); True if it was delivered."""
+    endpoint = message.endpoint
+    now = timezone.now()
+    if endpoint is None or not endpoint.enabled:
+        outbox.give_up(message, reason="the endpoint is disabled or gone", now=now)
+        return False
+    body = message.body
+    if body is None:
+        try:
+            data = build_data(message)
+        except Task.DoesNotExist:  # purged meanwhile (its messages go with it)
+            outbox.give_up(message, reason="the task is gone", now=now)
+            return False
+        body = outbox.fix_body(message, body_of(message, data))
+    answer = post(
+        endpoint.url, body, signed_headers(endpoint.secret, message.message_id, body, now)
+    )
+    outbox.record_attempt(message, started_at=now, status_code=answer.status_code,
+                          latency_ms=answer.latency_ms, ok=answer.ok, error=answer.error)  # fmt: skip
+    done = timezone.now()
+    if answer.ok:
+        outbox.delivered(message, now=done)
+        if endpoint.failing_since is not None:
+            WebhookEndpoint.objects.filter(pk=endpoint.pk).update(failing_since=None)
+        return True
+    log.info("webhook %s to %s failed: %s", message.message_id, endpoint.url, answer.error)
+    WebhookEndpoint.objects.filter(pk=endpoint.pk, failing_since__isnull=True).update(
+        failing_since=now
+    )
+    failing_since = endpoint.failing_since or now
+    if done - failing_since >= _retry_window():
+        disable(endpoint, reason=f"every delivery failed since {failing_since:%Y-%m-%d %H:%M} UTC")
+    after = done + timedelta(seconds=backoff_seconds(message.attempts + 1))
+    if after - message.retry_from > _retry_window() or not _still_enabled(endpoint):
+        _give_up(message, endpoint, answer.error, now=done)
+    else:
+        outbox.retry_at(message, after)
+    return False
+
+
+def _still_enabled(endpoint: WebhookEndpoint) -> bool:
+    return WebhookEndpoint.objects.filter(pk=endpoint.pk, enabled=True).exists()
+
+
+def _give_up(
+    message: OutboxMessage, endpoint: WebhookEndpoint, error: str, *, now: datetime
+) -> None:
+    with transaction.atomic():
+        if outbox.give_up(message, reason=error, now=now) and message.task_id:
+            event(Task(id=message.task_id), EventKind.WEBHOOK_UNDELIVERED,
+                  actor_type=Actor.SYSTEM, actor="webhooks", event_type=message.kind,
+                  webhook_id=message.message_id, url=endpoint.url, error=error)  # fmt: skip
+    log.warning(
+        "webhook %s (%s of task %s) to %s given up: %s",
+        message.message_id, message.kind, message.task_id, endpoint.url, error,
+    )  # fmt: skip
+
+
+def disable(endpoint: WebhookEndpoint, *, reason: str) -> None:
+    """Disable ENDPOINT: its pending messages are given up when next taken."""
+    if WebhookEndpoint.objects.filter(pk=endpoint.pk, enabled=True).update(
+        enabled=False, disabled_at=timezone.now(), disabled_reason=reason[:500]
+    ):
+        endpoint.enabled = False
+        log.warning(
+            "webhook endpoint %s of client %s (tenant %s) disabled: %s",
+            endpoint.url, endpoint.client.name, endpoint.client.tenant.slug, reason,
+        )  # fmt: skip
+
+
+def deliver_due(build_data: BodyBuilder = data_of, *, seconds: float) -> int:
+    """Send due webhook messages for up to SECONDS; return how many were delivered."""
+    deadline = time.monotonic() + seconds
+    sent = 0
+    attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
+    while time.monotonic() < deadline:
+        lease = lease_seconds()
+        taken = outbox.claim(Channel.WEBHOOK, limit=_BATCH, lease_seconds=lease)
+        if not taken:
+            break
+        held_until = time.monotonic() + lease
+        for message in taken:
+            if time.monotonic() + attempt > held_until:
+                break  # the rest are due again when the lease ends (slow endpoints)
+            sent += deliver(message, build_data)
+    return sent
+
+
+def pending_count() -> int:
+    return OutboxMessage.objects.filter(
+        channel=Channel.WEBHOOK, delivered_at__isnull=True, gave_up_at__isnull=True
+    ).count()

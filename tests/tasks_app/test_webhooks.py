@@ -1,0 +1,486 @@
+"""Webhooks: registering endpoints, the outbox rows every status change writes, delivery with
+retries (against a local receiver that verifies every delivery with ``standardwebhooks``),
+the task page and the deliveries page."""
+
+from __future__ import annotations
+
+import io
+import json
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+from django.utils import timezone
+
+from tasks_app import outbox, transitions, webhooks
+from tasks_app.models import (
+    DeliveryAttempt,
+    EventKind,
+    OutboxMessage,
+    Task,
+    TaskEvent,
+    WebhookEndpoint,
+)
+from tests.webhook_receiver import Receiver
+
+ALL = ["task.completed", "task.failed", "task.cancelled", "task.input_required", "effect.unknown"]
+
+
+@pytest.fixture(autouse=True)
+def _webhook_settings(settings):  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = True
+    settings.TASKDESK_WEBHOOK_ALLOWED_NETWORKS = []
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = 0.01
+    settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 0.02
+    settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS = 2.0
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    running = Receiver()
+    yield running
+    running.close()
+
+
+@pytest.fixture
+def task(alice):  # type: ignore[no-untyped-def]
+    return Task.objects.create(client=alice, tool_name="slow_echo", arguments={"text": "hi"})
+
+
+def _endpoint(alice, receiver: Receiver, events: list[str] = ALL) -> WebhookEndpoint:  # type: ignore[no-untyped-def]
+    endpoint, secret = webhooks.register(client=alice, url=receiver.url, events=events)
+    receiver.secret = secret
+    return endpoint
+
+
+def _deliver_until_settled(rounds: int = 50) -> None:
+    """Run the sender as the control job does until no message is left to send."""
+    for _ in range(rounds):
+        webhooks.deliver_due(seconds=5)
+        if not OutboxMessage.objects.filter(
+            delivered_at__isnull=True, gave_up_at__isnull=True
+        ).exists():
+            return
+        OutboxMessage.objects.update(due_at=timezone.now())  # skip the (tiny) backoff
+    raise AssertionError("messages left undelivered")
+
+
+# --- registration ------------------------------------------------------------------------------
+
+
+def test_the_secret_is_in_the_standard_webhooks_format(alice) -> None:  # type: ignore[no-untyped-def]
+    endpoint, secret = webhooks.register(
+        client=alice, url="http://127.0.0.1:9/hook", events=["task.completed"]
+    )
+    assert secret.startswith("whsec_")
+    assert len(__import__("base64").b64decode(secret.removeprefix("whsec_"))) == 32
+    assert endpoint.secret == secret
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://10.0.0.5/hook",  # http to a private address
+        "http://192.168.1.20:8080/hook",
+        "https://10.1.2.3/hook",  # https, but private
+        "https://169.254.169.254/latest/meta-data",  # link-local (cloud metadata)
+        "https://[fd00::1]/hook",  # IPv6 unique local
+        "https://0.0.0.0/hook",
+        "ftp://example.com/hook",
+    ],
+)
+def test_a_private_or_non_https_url_is_refused_at_registration(alice, url: str) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValidationError, match="refused"):
+        webhooks.register(client=alice, url=url, events=["task.completed"])
+    assert not WebhookEndpoint.objects.exists()
+
+
+def test_allowed_networks_let_a_private_https_address_through(alice, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_ALLOWED_NETWORKS = ["10.1.0.0/16"]
+    webhooks.register(client=alice, url="https://10.1.2.3/hook", events=["task.failed"])
+    with pytest.raises(ValidationError):  # still https only
+        webhooks.register(client=alice, url="http://10.1.2.3/hook", events=["task.failed"])
+    with pytest.raises(ValidationError):  # another network
+        webhooks.register(client=alice, url="https://10.2.0.1/hook", events=["task.failed"])
+
+
+def test_loopback_needs_the_setting(alice, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = False
+    for url in ("http://127.0.0.1:8000/hook", "https://localhost/hook"):
+        with pytest.raises(ValidationError):
+            webhooks.register(client=alice, url=url, events=["task.failed"])
+
+
+def test_unknown_events_are_refused(alice) -> None:  # type: ignore[no-untyped-def]
+    with pytest.raises(ValidationError, match="Choose events"):
+        webhooks.register(client=alice, url="http://127.0.0.1:9/", events=["task.exploded"])
+
+
+def test_add_webhook_prints_the_secret_once(alice) -> None:  # type: ignore[no-untyped-def]
+    out, err = io.StringIO(), io.StringIO()
+    call_command(
+        "add_webhook",
+        "--client", "alice", "--url", "http://127.0.0.1:9/hook",
+        "--events", "task.completed", "task.failed",
+        stdout=out, stderr=err,
+    )  # fmt: skip
+    secret = out.getvalue().strip()
+    endpoint = WebhookEndpoint.objects.get()
+    assert (endpoint.secret, endpoint.events) == (secret, ["task.completed", "task.failed"])
+    assert "shown once" in err.getvalue()
+    with pytest.raises(CommandError, match="refused"):
+        call_command(
+            "add_webhook", "--client", "alice", "--url", "http://10.0.0.5/hook",
+            "--events", "task.completed", stdout=out, stderr=err,
+        )  # fmt: skip
+
+
+# --- the outbox, written with the transition ------------------------------------------------------
+
+
+def test_no_endpoint_no_message(task) -> None:  # type: ignore[no-untyped-def]
+    transitions.complete(task_id=task.pk, result={"content": []})
+    assert not OutboxMessage.objects.exists()
+
+
+def test_each_status_change_writes_a_message_for_subscribed_endpoints(alice, receiver) -> None:  # type: ignore[no-untyped-def]
+    hook = _endpoint(alice, receiver, ["task.completed", "task.input_required"])
+    other = _endpoint(alice, receiver, ["task.failed"])
+    tasks = [Task.objects.create(client=alice, tool_name="t", arguments={}) for _ in range(3)]
+    transitions.require_input(task_id=tasks[0].pk, message="?")
+    transitions.complete(task_id=tasks[1].pk, result={"content": []})
+    transitions.fail(task_id=tasks[2].pk, error={"code": 1, "message": "no"})
+    rows = set(OutboxMessage.objects.values_list("task_id", "kind", "endpoint_id", "channel"))
+    assert rows == {
+        (tasks[0].pk, "task.input_required", hook.pk, "webhook"),
+        (tasks[1].pk, "task.completed", hook.pk, "webhook"),
+        (tasks[2].pk, "task.failed", other.pk, "webhook"),
+    }
+
+
+def test_a_cancel_and_a_disabled_endpoint(alice, receiver) -> None:  # type: ignore[no-untyped-def]
+    hook = _endpoint(alice, receiver, ["task.cancelled"])
+    _endpoint(alice, receiver, ["task.cancelled"]).delete()
+    disabled = _endpoint(alice, receiver, ["task.cancelled"])
+    WebhookEndpoint.objects.filter(pk=disabled.pk).update(enabled=False)
+    task = Task.objects.create(client=alice, tool_name="t", arguments={})
+    transitions.request_cancel(task_id=task.pk, actor_type="client")  # nothing ran: cancelled
+    assert list(OutboxMessage.objects.values_list("endpoint_id", "kind")) == [
+        (hook.pk, "task.cancelled")
+    ]
+
+
+def test_the_leased_end_writes_the_message_in_its_statement(alice, receiver) -> None:  # type: ignore[no-untyped-def]
+    """The single-statement end of a leg (PostgreSQL; the portable path on SQLite)."""
+    hook = _endpoint(alice, receiver, ["task.completed"])
+    tasks = [Task.objects.create(client=alice, tool_name="t", arguments={}) for _ in range(2)]
+    live = timezone.now() + timedelta(minutes=5)
+    Task.objects.filter(pk__in=[t.pk for t in tasks]).update(
+        lease_owner="w1", leg=1, lease_expires_at=live
+    )
+    transitions.complete(task_id=tasks[0].pk, result={"content": []}, lease_owner="w1", lease_leg=1)
+    transitions.fail(task_id=tasks[1].pk, error={"code": 1, "message": "x"}, lease_owner="w1",
+                     lease_leg=1)  # fmt: skip
+    message = OutboxMessage.objects.get()
+    assert (message.task_id, message.endpoint_id, message.kind) == (
+        tasks[0].pk,
+        hook.pk,
+        "task.completed",
+    )
+    assert message.message_id.startswith("msg_") and message.due_at <= timezone.now()
+
+
+def test_a_rolled_back_transition_leaves_no_message(alice, receiver, task) -> None:  # type: ignore[no-untyped-def]
+    from django.db import transaction
+
+    _endpoint(alice, receiver, ["task.completed"])
+    with pytest.raises(RuntimeError), transaction.atomic():
+        transitions.complete(task_id=task.pk, result={"content": []})
+        raise RuntimeError
+    assert not OutboxMessage.objects.exists()
+
+
+def test_effect_unknown_writes_a_message(alice, receiver, task) -> None:  # type: ignore[no-untyped-def]
+    _endpoint(alice, receiver, ["effect.unknown"])
+    with __import__("django.db").db.transaction.atomic():
+        outbox.write_for_task(task.pk, EventKind.EFFECT_UNKNOWN, detail={"effect": {"name": "x"}})
+    message = OutboxMessage.objects.get()
+    assert (message.kind, message.detail) == ("effect.unknown", {"effect": {"name": "x"}})
+
+
+# --- delivery ----------------------------------------------------------------------------------
+
+
+def test_three_failures_then_success_four_attempts_on_the_task_page(  # type: ignore[no-untyped-def]
+    alice, receiver, task, operator, client
+) -> None:
+    receiver.script = [500, 500, 500]
+    _endpoint(alice, receiver, ["task.completed"])
+    transitions.complete(task_id=task.pk, result={"content": [{"type": "text", "text": "hi"}]})
+
+    _deliver_until_settled()
+
+    assert len(receiver.deliveries) == 4
+    assert all(d.verified for d in receiver.deliveries)
+    assert len(receiver.ids()) == 1  # one message, the same webhook-id every time
+    body = receiver.deliveries[-1].body
+    assert body["type"] == "task.completed"
+    assert body["data"]["taskId"] == task.pk and body["data"]["status"] == "completed"
+    assert body["data"]["result"]["content"] == [{"type": "text", "text": "hi"}]
+    # Every delivery sent the same bytes.
+    assert len({json.dumps(d.body, sort_keys=True) for d in receiver.deliveries}) == 1
+    message = OutboxMessage.objects.get()
+    assert message.delivered_at is not None and message.attempts == 4
+    tries = list(DeliveryAttempt.objects.values_list("status_code", "ok"))
+    assert tries == [(500, False), (500, False), (500, False), (200, True)]
+
+    client.force_login(operator)
+    page = client.get(reverse("task_detail", args=[task.pk])).content.decode()
+    assert page.count('class="webhook-attempt"') == 4
+    assert message.message_id in page
+
+
+def test_the_connect_time_check_refuses_what_registration_allowed(
+    alice, receiver, task, settings
+) -> None:  # type: ignore[no-untyped-def]
+    _endpoint(alice, receiver, ["task.completed"])
+    transitions.complete(task_id=task.pk, result={"content": []})
+    settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = False
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    webhooks.deliver_due(seconds=5)
+    assert receiver.deliveries == []
+    attempt = DeliveryAttempt.objects.get()
+    assert attempt.status_code is None and attempt.error.startswith("refused:")
+
+
+def test_redirects_are_not_followed(alice, receiver, task, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver.script = [302]
+    _endpoint(alice, receiver, ["task.completed"])
+    transitions.complete(task_id=task.pk, result={"content": []})
+    webhooks.deliver_due(seconds=5)
+    assert len(receiver.deliveries) == 1
+    assert DeliveryAttempt.objects.get().status_code == 302
+    assert OutboxMessage.objects.get().delivered_at is None
+
+
+def test_an_endpoint_failing_past_the_window_is_disabled(alice, receiver, task, settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver.script = [503] * 10
+    hook = _endpoint(alice, receiver, ["task.completed"])
+    transitions.complete(task_id=task.pk, result={"content": []})
+    webhooks.deliver_due(seconds=5)
+    WebhookEndpoint.objects.filter(pk=hook.pk).update(
+        failing_since=timezone.now() - timedelta(hours=25)
+    )
+    OutboxMessage.objects.update(retry_from=timezone.now() - timedelta(hours=25))
+    OutboxMessage.objects.update(due_at=timezone.now())
+    webhooks.deliver_due(seconds=5)
+    hook.refresh_from_db()
+    assert not hook.enabled and hook.disabled_at is not None
+    assert "failed since" in hook.disabled_reason
+    message = OutboxMessage.objects.get()
+    assert message.gave_up_at is not None
+    entry = TaskEvent.objects.get(task=task, kind=EventKind.WEBHOOK_UNDELIVERED)
+    assert entry.detail["webhook_id"] == message.message_id
+    # A new event for the disabled endpoint writes nothing.
+    other = Task.objects.create(client=alice, tool_name="t", arguments={})
+    transitions.complete(task_id=other.pk, result={"content": []})
+    assert OutboxMessage.objects.count() == 1
+
+
+def test_backoff_doubles_with_jitter(settings) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = 10
+    settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 3600
+    for attempts, ceiling in [(1, 10), (2, 20), (3, 40), (20, 3600)]:
+        waits = [webhooks.backoff_seconds(attempts) for _ in range(50)]
+        assert all(ceiling / 2 <= w <= ceiling for w in waits)
+        assert len(set(waits)) > 1
+
+
+# --- the deliveries page -----------------------------------------------------------------------
+
+
+def test_deliveries_page_and_send_again(alice, receiver, task, operator, viewer, client) -> None:  # type: ignore[no-untyped-def]
+    _endpoint(alice, receiver, ["task.completed"])
+    transitions.complete(task_id=task.pk, result={"content": []})
+    _deliver_until_settled()
+    message = OutboxMessage.objects.get()
+    url = reverse("client_deliveries", args=[alice.pk])
+    again = reverse("delivery_send_again", args=[alice.pk, message.pk])
+
+    client.force_login(viewer)
+    page = client.get(url)
+    assert page.status_code == 200 and message.message_id in page.content.decode()
+    assert again not in page.content.decode()  # a viewer cannot send again
+    assert client.post(again).status_code == 403
+
+    client.force_login(operator)
+    assert again in client.get(url).content.decode()
+    assert client.post(again).status_code == 302
+    _deliver_until_settled()
+    assert [d.webhook_id for d in receiver.deliveries] == [message.message_id] * 2
+
+
+def test_deliveries_page_is_tenant_scoped(alice, bob, receiver, outsider, client) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.operators import grant_role
+
+    client.force_login(outsider)
+    assert client.get(reverse("client_deliveries", args=[alice.pk])).status_code == 404
+    bob.tenant.members.add(outsider)
+    grant_role(outsider, "operator", bob.tenant)
+    assert client.get(reverse("client_deliveries", args=[alice.pk])).status_code == 404
+    assert client.get(reverse("client_deliveries", args=[bob.pk])).status_code == 200
+
+
+def test_send_again_needs_a_post_with_csrf(alice, receiver, task, operator) -> None:  # type: ignore[no-untyped-def]
+    from django.test import Client as Browser
+
+    _endpoint(alice, receiver, ["task.completed"])
+    transitions.complete(task_id=task.pk, result={"content": []})
+    _deliver_until_settled()
+    message = OutboxMessage.objects.get()
+    browser = Browser(enforce_csrf_checks=True)
+    browser.force_login(operator)
+    again = reverse("delivery_send_again", args=[alice.pk, message.pk])
+    assert browser.get(again).status_code == 405
+    assert browser.post(again).status_code == 403  # no CSRF token
+    message.refresh_from_db()
+    assert message.delivered_at is not None  # not sent again
+
+
+# --- the admin ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def staff(alice, django_user_model):  # type: ignore[no-untyped-def]
+    from django.contrib.auth.models import Permission
+
+    user = django_user_model.objects.create_user(username="sam", password="pw", is_staff=True)
+    alice.tenant.members.add(user)
+    user.user_permissions.add(*Permission.objects.filter(codename__endswith="webhookendpoint"))
+    return user
+
+
+def test_the_admin_registers_an_endpoint_and_shows_its_secret_once(
+    alice, bob, staff, client
+) -> None:  # type: ignore[no-untyped-def]
+    client.force_login(staff)
+    add = reverse("admin:tasks_app_webhookendpoint_add")
+    form = {"client": alice.pk, "url": "http://127.0.0.1:9/hook", "events": ["task.failed"]}
+    page = client.post(add, {**form, "enabled": "on"})
+    assert page.status_code == 200
+    endpoint = WebhookEndpoint.objects.get()
+    assert endpoint.secret.startswith("whsec_") and endpoint.secret in page.content.decode()
+    change = client.get(reverse("admin:tasks_app_webhookendpoint_change", args=[endpoint.pk]))
+    assert endpoint.secret not in change.content.decode()  # shown once
+    refused = client.post(add, {**form, "url": "http://10.0.0.5/hook"})
+    assert "refused" in refused.content.decode() and WebhookEndpoint.objects.count() == 1
+    # Another tenant's client cannot be chosen.
+    other = client.post(add, {**form, "client": bob.pk})
+    assert other.status_code == 200 and WebhookEndpoint.objects.count() == 1
+
+
+# --- https: the checked address, the name in Host and TLS -------------------------------------
+
+
+def _certificate(folder, name: str) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    """A self-signed certificate for NAME (its own CA): (certificate file, key file)."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
+    now = timezone.now()
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - timedelta(hours=1))
+        .not_valid_after(now + timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName(name)]), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file, key_file = folder / "cert.pem", folder / "key.pem"
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    return str(cert_file), str(key_file)
+
+
+@pytest.fixture
+def dns(monkeypatch):  # type: ignore[no-untyped-def]
+    """A resolver the test controls: name -> address (anything else resolves as usual)."""
+    import socket
+
+    names: dict[str, str] = {}
+    real = socket.getaddrinfo
+
+    def getaddrinfo(host, port, *args, **kwargs):  # type: ignore[no-untyped-def]
+        if host in names:
+            return real(names[host], port, *args, **kwargs)
+        return real(host, port, *args, **kwargs)
+
+    monkeypatch.setattr(socket, "getaddrinfo", getaddrinfo)
+    return names
+
+
+def test_https_goes_to_the_checked_address_with_the_name_in_host_and_sni(  # type: ignore[no-untyped-def]
+    alice, task, tmp_path, settings, dns
+) -> None:
+    cert, key = _certificate(tmp_path, "hooks.example.test")
+    settings.TASKDESK_WEBHOOK_CA_FILE = cert
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver = Receiver(tls=(cert, key))
+    try:
+        dns["hooks.example.test"] = "127.0.0.1"
+        url = f"https://hooks.example.test:{receiver.port}/in?x=1"
+        _, receiver.secret = webhooks.register(client=alice, url=url, events=["task.completed"])
+        transitions.complete(task_id=task.pk, result={"content": []})
+        webhooks.deliver_due(seconds=5)
+        assert [d.verified for d in receiver.deliveries] == [True]
+        assert receiver.deliveries[0].headers["host"] == f"hooks.example.test:{receiver.port}"
+        assert receiver.server_names == ["hooks.example.test"]
+        assert OutboxMessage.objects.get().delivered_at is not None
+
+        # The name now resolves to a private address (DNS rebinding): nothing is sent there.
+        dns["hooks.example.test"] = "10.9.8.7"
+        other = Task.objects.create(client=alice, tool_name="t", arguments={})
+        transitions.complete(task_id=other.pk, result={"content": []})
+        webhooks.deliver_due(seconds=5)
+        assert len(receiver.deliveries) == 1
+        attempt = DeliveryAttempt.objects.get(message__task=other)
+        assert attempt.status_code is None and "10.9.8.7" in attempt.error
+    finally:
+        receiver.close()
+
+
+def test_a_certificate_for_another_name_is_refused(alice, task, tmp_path, settings, dns) -> None:  # type: ignore[no-untyped-def]
+    cert, key = _certificate(tmp_path, "someone-else.test")
+    settings.TASKDESK_WEBHOOK_CA_FILE = cert
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver = Receiver(tls=(cert, key))
+    try:
+        dns["hooks.example.test"] = "127.0.0.1"
+        url = f"https://hooks.example.test:{receiver.port}/in"
+        _, receiver.secret = webhooks.register(client=alice, url=url, events=["task.completed"])
+        transitions.complete(task_id=task.pk, result={"content": []})
+        webhooks.deliver_due(seconds=5)
+        assert receiver.deliveries == []
+        attempt = DeliveryAttempt.objects.get()
+        assert attempt.status_code is None and "doesn't match" in attempt.error
+    finally:
+        receiver.close()

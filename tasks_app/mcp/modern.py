@@ -30,6 +30,7 @@ from tasks_app.mcp import (
     eras,
     handlers,  # noqa: F401 (registers the methods)
     limits,
+    listen,  # noqa: F401 (registers subscriptions/listen)
     streaming,
 )
 from tasks_app.mcp.errors import (
@@ -146,6 +147,8 @@ class ModernEra(eras.ProtocolEra):
             data=spec.validate(params),
         )
         result = spec.handler(call)
+        if isinstance(result, HttpResponseBase):
+            return result  # an answer of its own (the subscriptions/listen stream)
         if isinstance(result, Streamed):
             return streaming.respond(request_id, result)
         return streaming.json_response(streaming.success(request_id, result))

@@ -57,6 +57,26 @@ class ListParams(Params):
     cursor: str = ""
 
 
+# How many tasks one subscriptions/listen stream may watch.
+MAX_LISTEN_TASK_IDS = 100
+
+
+class SubscriptionFilter(Params):
+    """The notifications a ``subscriptions/listen`` asks for. Only ``taskIds`` (the tasks
+    extension) is served; the list and resource fields are accepted and left unacknowledged
+    (the lists change only on redeploy)."""
+
+    taskIds: Annotated[list[Name], Field(max_length=MAX_LISTEN_TASK_IDS)] | None = None
+    toolsListChanged: bool | None = None
+    promptsListChanged: bool | None = None
+    resourcesListChanged: bool | None = None
+    resourceSubscriptions: list[str] | None = None
+
+
+class ListenParams(Params):
+    notifications: SubscriptionFilter
+
+
 class MrtrParams(Params):
     """The retry fields of a request that may answer with ``input_required`` (SEP-2322)."""
 

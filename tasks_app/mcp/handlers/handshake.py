@@ -29,7 +29,7 @@ from typing import Any
 
 from django.conf import settings
 
-from elicitations.models import Audience, InputRequest, Mode, RequestStatus
+from elicitations.models import InputRequest, Mode
 from tasks_app import selectors, sessions, transitions
 from tasks_app.mcp import catalog, limits, stream_slots, wire
 from tasks_app.mcp.auth import PollThrottle
@@ -37,7 +37,7 @@ from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, from_code
 
 # discovery, prompts and resources register the methods shared below.
-from tasks_app.mcp.handlers import discovery, prompts, resources, tools  # noqa: F401
+from tasks_app.mcp.handlers import discovery, prompts, resources, tasks, tools  # noqa: F401
 from tasks_app.mcp.methods import handshake_methods, methods
 from tasks_app.mcp.params import (
     HandshakeToolsCallParams,
@@ -353,16 +353,8 @@ def pending_questions(task: Task) -> list[InputRequest]:
 
 def pending_questions_of(task_ids: list[str]) -> dict[str, list[InputRequest]]:
     """The client-audience questions still pending of each of TASK_IDS, oldest first (one
-    query for them all)."""
-    out: dict[str, list[InputRequest]] = {}
-    pending = InputRequest.objects.filter(
-        task_id__in=task_ids,
-        status=RequestStatus.PENDING,
-        audience__in=[Audience.CLIENT, Audience.ANY],
-    ).order_by("pk")
-    for question in pending:
-        out.setdefault(question.task_id, []).append(question)
-    return out
+    query for them all; the same ones ``tasks/get`` lists)."""
+    return tasks.pending_requests(task_ids)
 
 
 def asks_client(envelope: Envelope, question: InputRequest) -> bool:

@@ -9,6 +9,7 @@ hint: one that disagrees with ``params.taskId`` is refused, a missing one is not
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from django.db import transaction
@@ -47,14 +48,28 @@ def tasks_get(call: Call) -> dict[str, Any]:
 
 def task_as_got(task: Task) -> dict[str, Any]:
     """TASK as ``tasks/get`` returns it (also the ``data`` of its webhooks)."""
-    requests = []
-    if task.status == Status.INPUT_REQUIRED:
-        # input_required lists every pending request the client may answer (SEP-2663).
-        requests = list(
-            task.input_requests.filter(
-                status=RequestStatus.PENDING, audience__in=[Audience.CLIENT, Audience.ANY]
-            )
-        )
+    pending = pending_requests([task.pk]) if task.status == Status.INPUT_REQUIRED else {}
+    return detailed(task, pending)
+
+
+def pending_requests(task_ids: Sequence[str]) -> dict[str, list[InputRequest]]:
+    """The requests still pending of each of TASK_IDS that their client may answer, oldest
+    first (one query for them all): what an ``input_required`` task lists (SEP-2663)."""
+    out: dict[str, list[InputRequest]] = {}
+    pending = InputRequest.objects.filter(
+        task_id__in=list(task_ids),
+        status=RequestStatus.PENDING,
+        audience__in=[Audience.CLIENT, Audience.ANY],
+    ).order_by("pk")
+    for question in pending:
+        out.setdefault(question.task_id, []).append(question)
+    return out
+
+
+def detailed(task: Task, pending: Mapping[str, Sequence[InputRequest]]) -> dict[str, Any]:
+    """The ``tasks/get`` body of TASK (``DetailedTask``), its requests taken from PENDING
+    (``pending_requests``): also the params of a ``notifications/tasks``."""
+    requests = pending.get(task.pk, ()) if task.status == Status.INPUT_REQUIRED else ()
     return wire.detailed_task(task, requests)
 
 

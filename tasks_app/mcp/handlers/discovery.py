@@ -39,7 +39,8 @@ def _cached(body: dict[str, Any]) -> dict[str, Any]:
 def discover(call: Call) -> dict[str, Any]:
     # Tasks are advertised as an extension, never as capabilities.tasks (SEP-2663,
     # "Capability Negotiation"); the list capabilities promise no change notifications
-    # because the lists only change on redeploy.
+    # because the lists only change on redeploy (subscriptions/listen acknowledges taskIds
+    # only: tasks_app.mcp.listen).
     return _cached(
         {
             "supportedVersions": SUPPORTED_VERSIONS,

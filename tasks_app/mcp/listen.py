@@ -131,6 +131,10 @@ def subscriptions_listen(call: Call) -> StreamingHttpResponse:
                 if time.monotonic() - quiet_since >= keepalive:
                     yield b": ping\n\n"
                     quiet_since = time.monotonic()
+            # Free before the answer goes out: a client that listens again at once finds
+            # its slot.
+            session_streams.forget(watch)
+            slot.close()
             yield _event(streaming.success(call.id, {"_meta": meta}))
         finally:
             session_streams.forget(watch)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import queue
+import socket
 import threading
 import time
 from typing import Any
@@ -15,7 +16,7 @@ import pytest
 from django.db import connection
 
 from tasks_app.models import Task
-from tests.live import live_stack
+from tests.live import live_stack, wait_for
 from tests.wire import headers_for, request
 
 pytestmark = [pytest.mark.live, pytest.mark.broker]
@@ -41,8 +42,10 @@ class Listener:
         }
         self.body = json.dumps(body).encode()
         self.url = url
+        self.status = 0
+        self.media_type = ""
         self.messages: queue.SimpleQueue[tuple[float, dict[str, Any] | None]] = queue.SimpleQueue()
-        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread = threading.Thread(target=self._read, name=f"listen-{listen_id}", daemon=True)
         self.thread.start()
 
     def _read(self) -> None:
@@ -50,11 +53,13 @@ class Listener:
             with httpx.stream(
                 "POST", self.url, content=self.body, headers=self.headers, timeout=None
             ) as response:
-                assert response.status_code == 200
-                assert response.headers["content-type"].startswith("text/event-stream")
+                self.status = response.status_code
+                self.media_type = response.headers["content-type"]
                 for line in response.iter_lines():
                     if line.startswith("data:"):
                         self.messages.put((time.time(), json.loads(line[5:])))
+        except httpx.HTTPError:
+            pass  # the stack stopped while the stream was open
         finally:
             self.messages.put((time.time(), None))
 
@@ -64,8 +69,31 @@ class Listener:
         except queue.Empty:
             states = list(Task.objects.values_list("pk", "status", "updated_at"))
             raise AssertionError(f"nothing came in {timeout} s; the tasks: {states}") from None
-        assert message is not None, "the stream ended"
+        assert message is not None, f"the stream ended (HTTP {getattr(self, 'status', None)})"
+        assert self.status == 200 and self.media_type.startswith("text/event-stream")
         return at, message
+
+
+def open_raw(
+    stack: Any, token: str, task_ids: list[str], listen_id: int
+) -> tuple[socket.socket, int]:
+    """A listen request on a socket of its own: the socket (still open) and the HTTP status."""
+    body = request(
+        "subscriptions/listen", {"notifications": {"taskIds": task_ids}}, id=listen_id, tasks=True
+    )
+    data = json.dumps(body).encode()
+    headers = {
+        **headers_for(body),
+        "Authorization": f"Bearer {token}",
+        "Content-Type": "application/json",
+        "Content-Length": str(len(data)),
+        "Host": f"127.0.0.1:{stack.port}",
+    }
+    sock = socket.create_connection(("127.0.0.1", stack.port), timeout=10)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    sock.sendall(f"POST /mcp HTTP/1.1\r\n{head}\r\n".encode() + data)
+    status = int(sock.recv(64).split(b" ", 2)[1])
+    return sock, status
 
 
 def result(stack: Any, token: str, method: str, params: dict[str, Any], **env: Any) -> Any:
@@ -98,7 +126,11 @@ def test_a_raw_client_hears_its_tasks_change_in_the_workers_within_a_second(
 ) -> None:  # type: ignore[no-untyped-def]
     if connection.vendor != "postgresql":
         pytest.skip("the cross-process notifications are PostgreSQL's (LISTEN/NOTIFY)")
-    env = {"TASKDESK_STREAM_SECONDS": str(STREAM_SECONDS), "TASKDESK_POLL_THROTTLE": "100/second"}
+    env = {
+        "TASKDESK_STREAM_SECONDS": str(STREAM_SECONDS),
+        "TASKDESK_POLL_THROTTLE": "100/second",
+        "TASKDESK_MAX_STREAMS_PER_CLIENT": "2",
+    }
     with live_stack(env=env, worker_concurrency=4) as stack:  # two legs run all along
         quick = result(
             stack, alice_token, "tools/call", {"name": "slow_compute", "arguments": {"seconds": 4}}
@@ -187,3 +219,21 @@ def test_a_raw_client_hears_its_tasks_change_in_the_workers_within_a_second(
         assert [current[t]["status"] for t in mine] == ["completed", "completed", "working"]
         for task_id in mine[:2]:
             assert current[task_id] == detailed(stack, alice_token, task_id)
+
+        # Each stream holds a slot of the client's two: a third is busy, and a client that
+        # leaves gives its slot back.
+        held, status = open_raw(stack, alice_token, mine, 43)
+        assert status == 200
+        busy, status = open_raw(stack, alice_token, mine, 44)
+        assert status == 429
+        busy.close()
+        held.close()  # the client goes away without a word
+
+        def reopened() -> socket.socket | None:
+            sock, status = open_raw(stack, alice_token, mine, 45)
+            if status == 200:
+                return sock
+            sock.close()
+            return None
+
+        wait_for("the slot of the client that left", reopened, timeout=5, every=0.2).close()

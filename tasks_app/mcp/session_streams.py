@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
+import psycopg
 from django.conf import settings
 from django.db import DatabaseError, close_old_connections, connection
 from django.http import StreamingHttpResponse
@@ -133,7 +134,7 @@ class _Watcher:
                 close_old_connections()
                 listening = self._listen()  # before the reads: a change after them wakes us
                 self._tick(watches)
-            except DatabaseError as exc:  # the streams wait (and keep their keep-alives)
+            except (DatabaseError, psycopg.Error) as exc:  # the streams wait (keep-alives go on)
                 log.warning("session streams: the database is not answering: %s", exc)
                 connection.close()
                 listening = False

@@ -266,3 +266,28 @@ def test_a_listen_tick_builds_the_bodies_from_the_watchers_reads(
         assert set(states) == {done.pk, waiting.pk}
         assert states[done.pk]["status"] == "completed"
         assert list(states[waiting.pk]["inputRequests"]) and untouched.pk not in states
+
+
+def test_the_watcher_outlives_a_database_error_of_its_listen(alice, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import psycopg
+
+    from tests.tasks_app.mcp.test_session_streams import make_task
+
+    task = make_task(alice)
+    failures = iter([psycopg.OperationalError("the server closed the connection")])
+
+    def listen(self) -> bool:  # type: ignore[no-untyped-def]
+        for error in failures:
+            raise error
+        return False
+
+    monkeypatch.setattr(session_streams._Watcher, "_listen", listen)
+    watcher = session_streams._Watcher()
+    watch = watcher.watch(alice.pk, None, timezone.now(), frozenset({task.pk}))
+    try:
+        transitions.complete(task_id=task.pk, result={"content": [], "isError": False})
+        # The first tick failed; a later one hands the change over.
+        while watch.ticks.get(timeout=5).states.get(task.pk, {}).get("status") != "completed":
+            pass
+    finally:
+        watcher.forget(watch)

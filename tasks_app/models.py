@@ -148,15 +148,19 @@ class Task(models.Model):
                 name="task_finished",
             ),
             # Tool errors only (a few per cent of the tasks): the console's "Tool error" list
-            # and count (newest first, by tenant), and the attention list's "in the last 24 h".
+            # (newest first) and the attention list's "in the last 24 h"; either counts them
+            # by tenant and tool from the index alone.
             models.Index(
                 fields=["-created_at", "-id"],
-                include=["client"],
+                include=["client", "tool_name"],
                 condition=Q(is_error=True),
                 name="task_tool_error",
             ),
             models.Index(
-                fields=["finished_at"], condition=Q(is_error=True), name="task_tool_error_finished"
+                fields=["finished_at"],
+                include=["client", "tool_name"],
+                condition=Q(is_error=True),
+                name="task_tool_error_finished",
             ),
             # Leased tasks only (a running leg, or one undoing a cancelled task's effects): the
             # lease sweeper's expired leases, and the legs each tenant has running (fair

@@ -64,7 +64,7 @@ class Migration(migrations.Migration):
             index=models.Index(
                 condition=models.Q(("is_error", True)),
                 fields=["-created_at", "-id"],
-                include=("client",),
+                include=("client", "tool_name"),
                 name="task_tool_error",
             ),
         ),
@@ -73,6 +73,7 @@ class Migration(migrations.Migration):
             index=models.Index(
                 condition=models.Q(("is_error", True)),
                 fields=["finished_at"],
+                include=("client", "tool_name"),
                 name="task_tool_error_finished",
             ),
         ),

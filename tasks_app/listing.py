@@ -44,7 +44,7 @@ COUNT_EXACT_UP_TO = 10_000
 # substring, but not keys and status messages by substring: a trigram index needs three.
 SEARCH_SUBSTRING_FROM = 3
 # How many rows of the list a search reads in order before it asks its indexes instead.
-SEARCH_WALK = 20_000
+SEARCH_WALK = 10_000
 
 
 class Outcome(models.TextChoices):

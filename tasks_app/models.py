@@ -125,11 +125,12 @@ class Task(models.Model):
             # probe per name: selectors.tool_names). The first also serves the throughput
             # chart's "accepted per minute".
             models.Index(fields=["-created_at", "-id"], name="task_recent"),
-            # client_id is carried in the status index so a tenant's count per status is an
-            # index-only scan (task_counts_for_operator).
+            # client_id and tool_name are carried in the status index so a tenant's count per
+            # status, within a tool filter or not, is an index-only scan
+            # (listing.task_counts_for_operator).
             models.Index(
                 fields=["status", "-created_at", "-id"],
-                include=["client"],
+                include=["client", "tool_name"],
                 name="task_status_recent",
             ),
             models.Index(fields=["tool_name", "-created_at", "-id"], name="task_tool_recent"),

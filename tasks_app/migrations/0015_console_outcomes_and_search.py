@@ -1,7 +1,8 @@
 # The console's outcomes, search and sorting: Task.is_error (a completed task whose result is
 # a tool error), set for the tasks already stored; two small partial indexes of tool errors;
-# and, on PostgreSQL only, the pg_trgm extension with trigram indexes for the substring search
-# of idempotency keys and status messages, and an index of finished tasks by duration.
+# the tool name carried in the status index; and, on PostgreSQL only, the pg_trgm extension
+# with trigram indexes for the substring search of idempotency keys and status messages, and
+# an index of finished tasks by duration.
 
 from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.operations import TrigramExtension
@@ -75,6 +76,19 @@ class Migration(migrations.Migration):
                 fields=["finished_at"],
                 include=("client", "tool_name"),
                 name="task_tool_error_finished",
+            ),
+        ),
+        # The count per status within a tool filter, from the index alone.
+        migrations.RemoveIndex(
+            model_name="task",
+            name="task_status_recent",
+        ),
+        migrations.AddIndex(
+            model_name="task",
+            index=models.Index(
+                fields=["status", "-created_at", "-id"],
+                include=("client", "tool_name"),
+                name="task_status_recent",
             ),
         ),
         # Does nothing on other databases (Django's CreateExtension checks).

@@ -86,15 +86,15 @@ class Row:
 def task_list(request: HtmxHttpRequest) -> HttpResponse:
     """Every task the operator may see, filtered and sorted by the query string."""
     filters = TaskFilters.from_query(request.GET)
-    tools, clients = selectors.tools_and_clients_visible_to(request.user)
-    context: dict[str, Any] = {
-        "filters": filters,
-        "statuses": Status.choices,
-        "outcomes": Outcome.choices,
-        "tools": _with(tools, filters.tool),
-        "clients": _with(clients, filters.client),
-        "nav": "tasks",
-    }
+    context: dict[str, Any] = {"filters": filters, "nav": "tasks"}
+    if not request.htmx:  # the filter form (a refresh replaces only the list)
+        tools, clients = selectors.tools_and_clients_visible_to(request.user)
+        context.update(
+            statuses=Status.choices,
+            outcomes=Outcome.choices,
+            tools=_with(tools, filters.tool),
+            clients=_with(clients, filters.client),
+        )
     if filters.errors:
         # Nothing is listed for a query that asks for what does not exist: say what is wrong.
         return render(request, "tasks_app/task_list.html", context, status=400)

@@ -3,15 +3,19 @@
 Creates its own PostgreSQL database, migrates it, and seeds 1,000,000 tasks over 20 clients in
 2 tenants, accepted over the last 30 days: the newest few hours hold the running tasks (40 %
 working, 10 % waiting for input), older ones are mostly finished (about 93 % completed, 4 %
-failed, 3 % cancelled, a few stuck). Half carry an idempotency key. 200 tasks have an effect
-in state ``unknown`` and 100 a question past its deadline. Then, in this process, it times the
-server side of the dashboard (the Django view through the test client: middleware, queries
-and template, no network) for a tenant operator (the tenant holds half the tasks) and for a
-superuser (every task):
+failed, 3 % cancelled, a few stuck); one completed task in 40 ended with a tool error. Half
+carry an idempotency key (``order-N``), in both tenants; tools are drawn with a skew (the
+first, ``export_report``, about a third of the tasks; the last, ``rebuild_index``, 6 %). 200 tasks have an effect in state ``unknown`` and 100 a
+question past its deadline. Then, in this process, it times the server side of the dashboard
+(the Django view through the test client: middleware, queries and template, no network) for a
+tenant operator (the tenant holds half the tasks) and for a superuser (every task):
 
-- the first page of /tasks/, a status-filtered page, a tool-filtered page, and the page 100
-  pages deep reached by following the cursor (each page also computes the counts, the
-  attention count and the throughput chart);
+- the first page of /tasks/, a status-filtered page, a tool-filtered page, the tool errors, a
+  date range, and the page 100 pages deep reached by following the cursor (each page also
+  computes the counts, the attention count and the throughput chart);
+- searches: part of a key that a handful of tasks have, part of a key that a tenth of them
+  have, a status message's word, a tool's name, an id's first characters;
+- the list sorted by duration (first page and 20 pages deep), by tool and by status;
 - the counts per status and the attention count on their own (the selectors).
 
 Each figure is the p50 and p95 of BENCH_REPEAT (default 50) requests after 5 warm-up ones.
@@ -30,7 +34,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -59,15 +63,20 @@ FROM generate_series(1, 20) AS i;
 -- Task g = 1 is the newest; one is accepted every 30 days / N.
 INSERT INTO tasks_app_task (id, client_id, tool_name, arguments, fingerprint, idempotency_key,
     status, status_message, era, poll_interval_ms, leg, lease_owner, created_at, updated_at,
-    finished_at)
+    finished_at, is_error, result)
 SELECT md5('task' || g), c.id, t.tool, '{{}}'::jsonb, md5('fp' || g),
-       CASE WHEN g % 2 = 0 THEN 'order-' || g END,
+       CASE WHEN g % 4 < 2 THEN 'order-' || g END,
        s.status,
        CASE s.status WHEN 'working' THEN 'step 3 of 10' WHEN 'failed' THEN 'provider refused'
                      WHEN 'input_required' THEN 'Confirm the deploy' ELSE '' END,
        '2026-07-28', 1000, 1, '', s.created, s.created + interval '5 seconds',
        CASE WHEN s.status IN ('completed', 'failed', 'cancelled')
-            THEN s.created + (random() * 120) * interval '1 second' END
+            THEN s.created + (random() * 120) * interval '1 second' END,
+       s.status = 'completed' AND g % 40 = 7,
+       CASE WHEN s.status = 'completed' AND g % 40 = 7 THEN jsonb_build_object(
+            'content', jsonb_build_array(jsonb_build_object(
+                'type', 'text', 'text', 'Refund of p-' || g || ' was not approved')),
+            'isError', true) END
 FROM generate_series(1, {n}) AS g
 CROSS JOIN LATERAL (
     SELECT now() - (g - 1) * (interval '30 days' / {n}) AS created, random() AS r
@@ -86,7 +95,8 @@ CROSS JOIN LATERAL (
 ) AS s
 JOIN tasks_app_client c ON c.name = 'client-' || lpad((1 + (g * 7) % 20)::text, 2, '0')
 CROSS JOIN LATERAL (
-    SELECT (ARRAY{tools})[1 + floor(power(random(), 2) * {tool_count})::int] AS tool
+    -- "+ 0 * g" ties the draw to the row: without it the subquery is run once, for all rows.
+    SELECT (ARRAY{tools})[1 + floor(power(random(), 2) * {tool_count} + 0 * g)::int] AS tool
 ) AS t;
 
 INSERT INTO tasks_app_effect (task_id, seq, name, target, downstream_key, state, compensable,
@@ -141,8 +151,8 @@ def measure() -> dict[str, dict[str, tuple[float, float]]]:
     from django.test import Client
 
     from elicitations.selectors import overdue_task_ids
-    from tasks_app import selectors
-    from tasks_app.models import Tenant
+    from tasks_app import listing, selectors
+    from tasks_app.models import Task, Tenant
     from tasks_app.operators import grant_role
 
     User = get_user_model()
@@ -166,26 +176,51 @@ def measure() -> dict[str, dict[str, tuple[float, float]]]:
             html = get(deep)
             deep = html.split('id="page-older" href="', 1)[1].split('"', 1)[0]
             deep = deep.replace("&amp;", "&")
-        filters = selectors.TaskFilters()
+        filters = listing.TaskFilters()
 
         def counts(user: Any = user, filters: Any = filters) -> None:
-            selectors.task_counts_for_operator(user=user, filters=filters)
+            listing.task_counts_for_operator(user=user, filters=filters)
 
         def attention(user: Any = user, filters: Any = filters) -> None:
             found = selectors.attention_filter(overdue_task_ids=overdue_task_ids())
-            selectors.attention_count_for_operator(user=user, filters=filters, attention=found)
+            listing.attention_count_for_operator(user=user, filters=filters, attention=found)
+
+        by_duration = "/tasks/?sort=-duration"
+        for _ in range(19):  # the 20th page sorted by duration
+            html = get(by_duration)
+            by_duration = html.split('id="page-older" href="', 1)[1].split('"', 1)[0]
+            by_duration = by_duration.replace("&amp;", "&")
+        # Ten days in the middle of the thirty.
+        newest = Task.objects.order_by("-created_at").values_list("created_at", flat=True)[0]
+        window = (
+            f"from={(newest - timedelta(days=20)).date()}&to={(newest - timedelta(days=11)).date()}"
+        )
+        north = Task.objects.filter(client__tenant__slug="north").order_by("-created_at")
+        some_id = north.values_list("pk", flat=True)[61_728][:8]  # visible to both
 
         say(f"measuring as {label}")
-        results[label] = {
-            "first page": timed(lambda: get("/tasks/")),
-            "status-filtered page (failed)": timed(lambda: get("/tasks/?status=failed")),
-            "tool-filtered page (deploy_release)": timed(
-                lambda: get("/tasks/?tool=deploy_release")
-            ),
-            "page 100 pages deep (by cursor)": timed(lambda deep=deep: get(deep)),
-            "counts per status": timed(counts),
-            "attention count": timed(attention),
+        pages = {
+            "first page": "/tasks/",
+            "status-filtered page (failed)": "/tasks/?status=failed",
+            "tool-filtered page (deploy_release)": "/tasks/?tool=deploy_release",
+            "tool errors (?outcome=tool_error)": "/tasks/?outcome=tool_error",
+            "ten days (?from=&to=)": f"/tasks/?{window}",
+            "search: rare key text (q=424242)": "/tasks/?q=424242",
+            "search: common key text (q=order-1)": "/tasks/?q=order-1",
+            "search: status message (q=provider)": "/tasks/?q=provider",
+            "search: tool name (q=refund)": "/tasks/?q=refund",
+            "search: an id's first 8 characters": f"/tasks/?q={some_id}",
+            "sorted by duration": "/tasks/?sort=-duration",
+            "sorted by duration, page 20 (by cursor)": by_duration,
+            "sorted by tool": "/tasks/?sort=tool",
+            "sorted by status": "/tasks/?sort=-status",
         }
+        results[label] = {}
+        for name, url in pages.items():
+            results[label][name] = timed(lambda url=url: get(url))
+        results[label]["page 100 pages deep (by cursor)"] = timed(lambda deep=deep: get(deep))
+        results[label]["counts per status"] = timed(counts)
+        results[label]["attention count"] = timed(attention)
     return results
 
 

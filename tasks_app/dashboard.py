@@ -12,6 +12,7 @@ This module is a top layer: it may use both apps.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
@@ -28,15 +29,26 @@ from django_htmx.http import HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from elicitations.selectors import input_requests_of_task, overdue_task_ids
-from tasks_app import operators, runtime, selectors, transitions
+from tasks_app import listing, operators, runtime, selectors, transitions
+from tasks_app.listing import Count, ListCursor, Outcome, TaskFilters
 from tasks_app.models import Actor, DeliveryAttempt, Effect, EffectState, Status, Task, TaskEvent
 from tasks_app.operators import operator_login_required
-from tasks_app.selectors import Count, Cursor, TaskFilters
 
 TIMELINE_PAGE = 200
 JOURNAL_CUT = 300
 NOTE_MAX = 1000
-LIST_KEYS = ("status", "tool", "client", "attention", "q", "cursor")
+LIST_KEYS = (
+    "status",
+    "outcome",
+    "tool",
+    "client",
+    "attention",
+    "q",
+    "sort",
+    "from",
+    "to",
+    "cursor",
+)
 
 
 class HtmxHttpRequest(HttpRequest):
@@ -50,52 +62,102 @@ def _not_found() -> Http404:
 
 # --- the list -------------------------------------------------------------------------------
 
+# The list's sortable columns: the sort a click asks for first, and the reverse.
+SORTABLE = {
+    "tool": ("tool", "-tool"),
+    "status": ("status", "-status"),
+    "duration": ("-duration", "duration"),
+    "created": ("-created", "created"),
+}
+ERROR_TEXT_MAX = 500
+
+
+@dataclass(frozen=True)
+class Row:
+    """One task of the list, with what its status cell says beyond the status."""
+
+    task: Task
+    unknown_effects: list[str]  # names of its effects in state unknown
+    error: str  # a tool error's text
+
 
 @require_GET
 @operator_login_required
 def task_list(request: HtmxHttpRequest) -> HttpResponse:
-    """Every task the operator may see, newest first, filtered by the query string."""
+    """Every task the operator may see, filtered and sorted by the query string."""
     filters = TaskFilters.from_query(request.GET)
-    cursor = Cursor.decode(request.GET.get("cursor", ""))
+    context: dict[str, Any] = {"filters": filters, "nav": "tasks"}
+    if not request.htmx:  # the filter form (a refresh replaces only the list)
+        tools, clients = selectors.tools_and_clients_visible_to(request.user)
+        context.update(
+            statuses=Status.choices,
+            outcomes=Outcome.choices,
+            tools=_with(tools, filters.tool),
+            clients=_with(clients, filters.client),
+        )
+    if filters.errors:
+        # Nothing is listed for a query that asks for what does not exist: say what is wrong.
+        return render(request, "tasks_app/task_list.html", context, status=400)
+    cursor = ListCursor.decode(request.GET.get("cursor", ""))
     attention = selectors.attention_filter(overdue_task_ids=overdue_task_ids())
-    page = selectors.task_page_for_operator(
-        user=request.user, filters=filters, cursor=cursor, attention=attention
+    unknown = (
+        selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
     )
-    counts = selectors.task_counts_for_operator(user=request.user, filters=filters)
-    attention_count = selectors.attention_count_for_operator(
+    page = listing.task_page_for_operator(user=request.user, filters=filters, cursor=cursor,
+                                            attention=attention, unknown_effects=unknown)  # fmt: skip
+    effects = selectors.unknown_effects_of(t.pk for t in page.tasks)
+    rows = [Row(t, effects.get(t.pk, []), _error_text(t)) for t in page.tasks]
+    counts = listing.task_counts_for_operator(user=request.user, filters=filters)
+    attention_count = listing.attention_count_for_operator(
         user=request.user, filters=filters, attention=attention
     )
-    version = _list_version(page.tasks, counts, attention_count)
+    version = _list_version(rows, counts, attention_count)
     if request.htmx and request.GET.get("since") == version:
         return HttpResponse(status=204)  # nothing changed: htmx leaves the list as it is
-    tools, clients = selectors.tools_and_clients_visible_to(request.user)
     here = filters.query(cursor=cursor.encode() if cursor else "")
-    context = {
-        "filters": filters,
-        "page": page,
-        # Row links are built from this prefix: one reverse() for the page, not one per row.
-        "task_prefix": reverse("task_list"),
-        "tiles": _tiles(filters, counts, attention_count),
-        "chart": throughput_chart(selectors.throughput_for_operator(user=request.user)),
-        "version": version,
-        "poll_url": _url("task_list", {**here, "since": version}),
-        "older_url": _url("task_list", filters.query(cursor=page.older.encode()))
-        if page.older
-        else "",
-        "newer_url": _url("task_list", filters.query(cursor=page.newer.encode()))
-        if page.newer
-        else "",
-        "first_url": _url("task_list", filters.query()) if cursor else "",
-        "from_list": urlencode(here),
-        "statuses": Status.choices,
-        "tools": tools,
-        "clients": clients,
-        "nav": "tasks",
-    }
+    context.update(
+        {
+            "rows": rows,
+            # Row links are built from this prefix: one reverse() for the page, not one per row.
+            "task_prefix": reverse("task_list"),
+            "tiles": _tiles(filters, counts, attention_count),
+            "columns": _columns(filters),
+            "chart": throughput_chart(selectors.throughput_for_operator(user=request.user)),
+            "version": version,
+            "poll_url": _url("task_list", {**here, "since": version}),
+            "older_url": _url("task_list", filters.query(cursor=page.older.encode()))
+            if page.older
+            else "",
+            "newer_url": _url("task_list", filters.query(cursor=page.newer.encode()))
+            if page.newer
+            else "",
+            "first_url": _url("task_list", filters.query()) if cursor else "",
+            "from_list": urlencode(here),
+            "sort_label": listing.SORTS[filters.sort].label,
+        }
+    )
     template = "tasks_app/task_list.html"
     if request.htmx:
         template += "#task_list"
     return render(request, template, context)
+
+
+def _with(choices: list[str], current: str) -> list[str]:
+    """A pick list's choices, with the current value even if no task has it (a pasted link)."""
+    return choices if not current or current in choices else [current, *choices]
+
+
+def _error_text(task: Task) -> str:
+    """The text of a tool error (the result's text blocks), for the list."""
+    if not task.is_error or not isinstance(task.result, dict):
+        return ""
+    blocks = task.result.get("content")
+    texts = [
+        str(block.get("text", ""))
+        for block in (blocks if isinstance(blocks, list) else [])
+        if isinstance(block, dict) and block.get("type") == "text"
+    ]
+    return " ".join(t.strip() for t in texts if t.strip())[:ERROR_TEXT_MAX] or "Tool error"
 
 
 def _url(name: str, query: dict[str, str], *args: Any) -> str:
@@ -106,36 +168,66 @@ def _url(name: str, query: dict[str, str], *args: Any) -> str:
 def _tiles(
     filters: TaskFilters, counts: dict[str, Count], attention: Count
 ) -> list[dict[str, Any]]:
-    """The count links: every status, always (even at zero), then Needs attention."""
-    tiles = [
-        {
-            "label": label,
-            "key": status,
-            "count": counts[status],
-            "url": _url("task_list", filters.query(status=status, attention=False, q="")),
-            "current": filters.status == status and not filters.attention,
-        }
-        for status, label in Status.choices
-    ]
+    """The count links: every status (completed tasks split into those without and with a
+    tool error), always (even at zero), then Needs attention."""
+    plain = {"attention": False, "q": ""}
+    labels = dict(Status.choices)
+    tiles = []
+    for key in listing.COUNTED:
+        if key == Status.COMPLETED:
+            label, query = labels[key], {"status": key, "outcome": Outcome.OK}
+            current = filters.outcome == Outcome.OK
+        elif key == Outcome.TOOL_ERROR:
+            label, query = Outcome.TOOL_ERROR.label, {"status": "", "outcome": key}
+            current = filters.outcome == key
+        else:
+            label, query = labels[key], {"status": key, "outcome": ""}
+            current = filters.status == key and not filters.outcome
+        tiles.append(
+            {
+                "label": label,
+                "key": key,
+                "count": counts[key],
+                "url": _url("task_list", filters.query(**query, **plain)),
+                "current": current and not filters.attention,
+            }
+        )
     tiles.append(
         {
             "label": "Needs attention",
             "key": "attention",
             "count": attention,
-            "url": _url("task_list", filters.query(status="", attention=True, q="")),
+            "url": _url("task_list", filters.query(status="", outcome="", attention=True, q="")),
             "current": filters.attention,
         }
     )
     return tiles
 
 
-def _list_version(tasks: list[Task], counts: dict[str, Count], attention: Count) -> str:
+def _columns(filters: TaskFilters) -> dict[str, dict[str, str]]:
+    """Each sortable column's link (the sort a click asks for) and aria-sort."""
+    out = {}
+    for column, (first, second) in SORTABLE.items():
+        if filters.sort in (first, second):
+            ascending = not filters.sort.startswith("-")
+            aria = "ascending" if ascending else "descending"
+            following = second if filters.sort == first else first
+        else:
+            aria, following = "none", first
+        out[column] = {"url": _url("task_list", filters.query(sort=following)), "sort": aria}
+    return out
+
+
+def _list_version(rows: list[Row], counts: dict[str, Count], attention: Count) -> str:
     """A short token that changes when the page's rows or the counts change (or a minute
     passes, so ages and the chart stay fresh). The poll sends it back; unchanged: 204."""
     minute = timezone.now().strftime("%Y%m%d%H%M")
-    rows = ",".join(f"{t.pk}:{t.status}:{t.updated_at.timestamp()}" for t in tasks)
+    shown = ",".join(
+        f"{r.task.pk}:{r.task.status}:{r.task.updated_at.timestamp()}:{'+'.join(r.unknown_effects)}"
+        for r in rows
+    )
     tally = ",".join(f"{k}={c.value}" for k, c in counts.items())
-    text = f"{minute}|{rows}|{tally}|{attention.value}"
+    text = f"{minute}|{shown}|{tally}|{attention.value}"
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 

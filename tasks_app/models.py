@@ -122,6 +122,10 @@ class Task(models.Model):
     status = models.CharField(max_length=20, choices=Status.choices, default=Status.WORKING)
     status_message = models.TextField(blank=True)
     result = models.JSONField(null=True, blank=True)
+    # A completed task whose result is a tool error (``isError``), written with the result
+    # (``transitions.complete``): the console filters and counts these apart from plain
+    # completions without reading the JSON of every row.
+    is_error = models.BooleanField(default=False, db_default=False)
     error = models.JSONField(null=True, blank=True)
     era = models.CharField(max_length=16, choices=Era.choices, default=Era.MODERN)
     # How the calling client can answer the task's questions, as its call declared it: the
@@ -159,15 +163,19 @@ class Task(models.Model):
             models.CheckConstraint(condition=Q(status__in=Status.values), name="task_status_valid"),
         ]
         indexes = [
-            # The dashboard's list (tasks_app.selectors.task_page_for_operator): newest first,
-            # read by keyset on (created_at, id), unfiltered, by status, by tool, by client.
-            # The first also serves the throughput chart's "accepted per minute".
+            # The dashboard's list (tasks_app.listing.task_page_for_operator): newest first (or
+            # oldest, scanned backwards), read by keyset on (created_at, id), unfiltered, by
+            # status, by tool, by client; the second and third also serve the list sorted by
+            # status and by tool (then newest first), and the third the tool pick list (one
+            # probe per name: selectors.tool_names). The first also serves the throughput
+            # chart's "accepted per minute".
             models.Index(fields=["-created_at", "-id"], name="task_recent"),
-            # client_id is carried in the status index so a tenant's count per status is an
-            # index-only scan (task_counts_for_operator).
+            # client_id and tool_name are carried in the status index so a tenant's count per
+            # status, within a tool filter or not, is an index-only scan
+            # (listing.task_counts_for_operator).
             models.Index(
                 fields=["status", "-created_at", "-id"],
-                include=["client"],
+                include=["client", "tool_name"],
                 name="task_status_recent",
             ),
             models.Index(fields=["tool_name", "-created_at", "-id"], name="task_tool_recent"),
@@ -185,6 +193,21 @@ class Task(models.Model):
                 condition=Q(finished_at__isnull=False),
                 name="task_finished",
             ),
+            # Tool errors only (a few per cent of the tasks): the console's "Tool error" list
+            # (newest first) and the attention list's "in the last 24 h"; either counts them
+            # by tenant and tool from the index alone.
+            models.Index(
+                fields=["-created_at", "-id"],
+                include=["client", "tool_name"],
+                condition=Q(is_error=True),
+                name="task_tool_error",
+            ),
+            models.Index(
+                fields=["finished_at"],
+                include=["client", "tool_name"],
+                condition=Q(is_error=True),
+                name="task_tool_error_finished",
+            ),
             # Leased tasks only (a running leg, or one undoing a cancelled task's effects): the
             # lease sweeper's expired leases, and the legs each tenant has running (fair
             # claiming, tasks_app.sql).
@@ -193,6 +216,10 @@ class Task(models.Model):
                 condition=Q(lease_expires_at__isnull=False),
                 name="task_leased",
             ),
+            # On PostgreSQL only (migration 0015, not declared here because SQLite cannot build
+            # them): trigram indexes for the console's substring search of idempotency keys and
+            # status messages (task_key_trgm, task_message_trgm), and the finished tasks by
+            # duration (task_duration), for the list sorted by duration.
         ]
 
     def __str__(self) -> str:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from django.core.exceptions import EmptyResultSet
 from django.db import connections
 from django.db.models import Count as DbCount
 from django.db.models import Q, QuerySet
@@ -18,7 +16,6 @@ from django.utils import timezone
 
 from tasks_app import operators, sql
 from tasks_app.models import TERMINAL_STATUSES, Client, Effect, EffectState, Status, Task
-from tasks_app.tools.registry import enabled_tools
 
 
 class TaskNotFound(Exception):
@@ -97,50 +94,20 @@ def effect_get_for_reconcile(*, user: Any, task_id: str, effect_id: int) -> Effe
 
 # --- the dashboard ------------------------------------------------------------------------
 #
-# Every query below is shaped for an index of Task.Meta (see the comments there) so the list,
-# the counts and the attention count stay fast at millions of tasks: keyset pagination on
-# (created_at, id), never OFFSET; counts that stop at COUNT_EXACT_UP_TO rows and then ask
-# PostgreSQL's planner for an estimate, which the page marks as one.
+# What the console shows beside its list (which ``tasks_app.listing`` reads): the attention
+# list's rule, the unknown effects of a page's tasks, the pick lists and the throughput chart;
+# and ``tasks/list``'s pages of a client's own tasks. Every query is shaped for an index of
+# Task.Meta (see the comments there).
 
 PAGE_SIZE = 50
-COUNT_EXACT_UP_TO = 10_000
 ATTENTION_FAILED_WITHIN = timedelta(hours=24)
 THROUGHPUT_MINUTES = 60
 
 
 @dataclass(frozen=True)
-class TaskFilters:
-    """The list's filters, exactly as the query string carries them."""
-
-    status: str = ""
-    tool: str = ""
-    client: str = ""
-    attention: bool = False
-    q: str = ""
-
-    @classmethod
-    def from_query(cls, query: Mapping[str, str]) -> TaskFilters:
-        status = query.get("status", "")
-        return cls(
-            status=status if status in Status.values else "",
-            tool=query.get("tool", "").strip()[:200],
-            client=query.get("client", "").strip()[:100],
-            attention=query.get("attention", "") == "1",
-            q=query.get("q", "").strip()[:255],
-        )
-
-    def query(self, **changes: Any) -> dict[str, str]:
-        """The query-string parameters of these filters (empty ones left out)."""
-        values = {**asdict(self), **changes}
-        out = {k: str(v) for k, v in values.items() if v and k != "attention"}
-        if values["attention"]:
-            out["attention"] = "1"
-        return out
-
-
-@dataclass(frozen=True)
 class Cursor:
-    """A keyset position: the (created_at, id) of a row, and which way to read from it."""
+    """A keyset position of ``tasks/list``: the (created_at, id) of a row, and which way to
+    read from it. (The console's list, which has several orders, has ``listing.ListCursor``.)"""
 
     created_at: datetime
     task_id: str
@@ -166,89 +133,48 @@ class Cursor:
         return cls(task.created_at, task.pk, older=older)
 
 
-@dataclass
-class TaskPage:
-    tasks: list[Task]
-    older: Cursor | None  # the next page (older tasks), if any
-    newer: Cursor | None  # the previous page (newer tasks), if this is not the first
-
-
-@dataclass(frozen=True)
-class Count:
-    value: int
-    estimate: bool = False
-
-
-def _visible(user: Any) -> QuerySet[Task]:
+def task_rows_visible_to(user: Any) -> QuerySet[Task]:
     """tasks_visible_to without the joins: for counts and id lists."""
     clients = client_ids_visible_to(user)
     return Task.objects.all() if clients is None else Task.objects.filter(client_id__in=clients)
 
 
+def unknown_effect_task_ids() -> set[str]:
+    """Tasks with an effect in state ``unknown`` (the effect_unknown index: a few hundred)."""
+    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).order_by()
+    return set(unknown.values_list("task_id", flat=True))
+
+
 def attention_filter(*, overdue_task_ids: Iterable[str], now: datetime | None = None) -> Q:
     """Tasks that need an operator: an effect in state ``unknown``, a question past its
-    deadline (OVERDUE_TASK_IDS, from the elicitations app), or failed in the last 24 h."""
+    deadline (OVERDUE_TASK_IDS, from the elicitations app), or failed or ended with a tool
+    error in the last 24 h."""
     now = now or timezone.now()
-    unknown = Effect.objects.filter(state=EffectState.UNKNOWN).order_by()
-    ids = set(unknown.values_list("task_id", flat=True)) | set(overdue_task_ids)
-    failed = Q(status=Status.FAILED, finished_at__gte=now - ATTENTION_FAILED_WITHIN)
+    ids = unknown_effect_task_ids() | set(overdue_task_ids)
+    since = now - ATTENTION_FAILED_WITHIN
+    failed = Q(status=Status.FAILED, finished_at__gte=since) | Q(
+        is_error=True, finished_at__gte=since
+    )
     return (Q(pk__in=sorted(ids)) | failed) if ids else failed
 
 
-def _filtered(
-    qs: QuerySet[Task], filters: TaskFilters, attention: Q | None, clients: list[int] | None
-) -> QuerySet[Task]:
-    if filters.status:
-        qs = qs.filter(status=filters.status)
-    if filters.tool:
-        qs = qs.filter(tool_name=filters.tool)
-    if filters.client:
-        qs = qs.filter(client__name=filters.client)
-    if filters.attention and attention is not None:
-        qs = qs.filter(attention)
-    if filters.q:
-        # A task id or the start of one, or an idempotency key exactly (keys are unique per
-        # client, so the (client, key) index answers it with the client ids of the caller).
-        clients = list(Client.objects.values_list("pk", flat=True)) if clients is None else clients
-        key = Q(client_id__in=clients, idempotency_key=filters.q)
-        qs = qs.filter(Q(pk__startswith=filters.q) | key)
-    return qs
-
-
-def task_page_for_operator(
-    *, user: Any, filters: TaskFilters, cursor: Cursor | None = None, attention: Q | None = None
-) -> TaskPage:
-    """One page of the tasks USER may see, newest first, PAGE_SIZE rows, read by keyset from
-    CURSOR (ATTENTION: ``attention_filter(...)``, used when the filters ask for it)."""
-    # The list shows the client's name only: no join to the tenant.
-    visible = tasks_visible_to(user).select_related(None).select_related("client")
-    qs = _filtered(visible, filters, attention, client_ids_visible_to(user))
-    if cursor is not None and not cursor.older:
-        # Newer than the cursor: read upwards, then turn the rows back to newest first.
-        qs = qs.filter(
-            Q(created_at__gte=cursor.created_at),
-            Q(created_at__gt=cursor.created_at) | Q(pk__gt=cursor.task_id),
-        )
-        rows_ = list(qs.order_by("created_at", "pk")[: PAGE_SIZE + 1])
-        more = len(rows_) > PAGE_SIZE
-        tasks = rows_[:PAGE_SIZE][::-1]
-        return TaskPage(
-            tasks=tasks,
-            older=Cursor.of(tasks[-1], older=True) if tasks else None,
-            newer=Cursor.of(tasks[0], older=False) if more and tasks else None,
-        )
-    if cursor is not None:
-        qs = qs.filter(
-            Q(created_at__lte=cursor.created_at),
-            Q(created_at__lt=cursor.created_at) | Q(pk__lt=cursor.task_id),
-        )
-    rows_ = list(qs.order_by("-created_at", "-pk")[: PAGE_SIZE + 1])
-    tasks = rows_[:PAGE_SIZE]
-    return TaskPage(
-        tasks=tasks,
-        older=Cursor.of(tasks[-1], older=True) if len(rows_) > PAGE_SIZE else None,
-        newer=Cursor.of(tasks[0], older=False) if cursor is not None and tasks else None,
+def tool_names() -> list[str]:
+    """Every tool name the tasks table holds, sorted: a loose index scan of task_tool_recent
+    (one probe per name, however many tasks), the same SQL on PostgreSQL and SQLite. Tool
+    names are the server's, the same for every tenant."""
+    db = connections[Task.objects.db]
+    table, column = db.ops.quote_name(Task._meta.db_table), db.ops.quote_name("tool_name")
+    statement = (
+        f"WITH RECURSIVE names(name) AS ("
+        f" SELECT MIN({column}) FROM {table}"
+        f" UNION ALL"
+        f" SELECT (SELECT MIN({column}) FROM {table} WHERE {column} > names.name)"
+        f" FROM names WHERE names.name IS NOT NULL"
+        f") SELECT name FROM names WHERE name IS NOT NULL"
     )
+    with db.cursor() as cursor:
+        cursor.execute(statement)
+        return [row[0] for row in cursor.fetchall()]
 
 
 def task_page_for_client(
@@ -268,52 +194,13 @@ def task_page_for_client(
     return tasks, Cursor.of(tasks[-1], older=True) if more else None
 
 
-def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
-    """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
-
-    On PostgreSQL the planner is asked first (a fraction of a millisecond): a count it
-    expects far above the limit is not counted at all, which is what keeps the counts of a
-    million tasks cheap.
-    """
-    postgres = connections[qs.db].vendor == "postgresql"
-    if postgres and guess_first and (guess := _planner_estimate(qs)) > 2 * COUNT_EXACT_UP_TO:
-        return Count(guess, estimate=True)
-    capped = qs.values("pk")[: COUNT_EXACT_UP_TO + 1].count()
-    if capped <= COUNT_EXACT_UP_TO:
-        return Count(capped)
-    if not postgres:
-        return Count(qs.count())
-    # Never below what was just counted exactly.
-    return Count(max(_planner_estimate(qs), COUNT_EXACT_UP_TO + 1), estimate=True)
-
-
-def _planner_estimate(qs: QuerySet[Task]) -> int:
-    try:
-        sql, params = qs.values("pk").query.sql_with_params()
-    except EmptyResultSet:  # e.g. no visible client: nothing to ask about
-        return 0
-    with connections[qs.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
-
-
-def task_counts_for_operator(*, user: Any, filters: TaskFilters) -> dict[str, Count]:
-    """How many tasks USER may see are in each status (within the tool and client filters)."""
-    base = _filtered(
-        _visible(user), TaskFilters(tool=filters.tool, client=filters.client), None, None
-    )
-    return {status: _count(base.filter(status=status)) for status in Status.values}
-
-
-def attention_count_for_operator(*, user: Any, filters: TaskFilters, attention: Q) -> Count:
-    base = _filtered(
-        _visible(user), TaskFilters(tool=filters.tool, client=filters.client), None, None
-    )
-    # Usually a few hundred tasks: counted straight away (capped like the others).
-    return _count(base.filter(attention), guess_first=False)
+def unknown_effects_of(task_ids: Iterable[str]) -> dict[str, list[str]]:
+    """The names of the effects in state ``unknown`` of each of TASK_IDS (a page's rows)."""
+    found: dict[str, list[str]] = {}
+    rows = Effect.objects.filter(task_id__in=list(task_ids), state=EffectState.UNKNOWN)
+    for task_id, name in rows.order_by("task_id", "seq").values_list("task_id", "name"):
+        found.setdefault(task_id, []).append(name)
+    return found
 
 
 def throughput_for_operator(*, user: Any, now: datetime | None = None) -> list[dict[str, Any]]:
@@ -321,7 +208,7 @@ def throughput_for_operator(*, user: Any, now: datetime | None = None) -> list[d
     first: [{"minute": datetime, "accepted": n, "finished": n}, ...]."""
     now = (now or timezone.now()).replace(second=0, microsecond=0)
     start = now - timedelta(minutes=THROUGHPUT_MINUTES - 1)
-    visible = _visible(user)
+    visible = task_rows_visible_to(user)
     accepted = _per_minute(visible.filter(created_at__gte=start), "created_at")
     finished = _per_minute(
         visible.filter(status__in=TERMINAL_STATUSES, finished_at__gte=start), "finished_at"
@@ -344,13 +231,13 @@ def _per_minute(qs: QuerySet[Task], field: str) -> dict[datetime, int]:
 
 
 def tools_and_clients_visible_to(user: Any) -> tuple[list[str], list[str]]:
-    """Choices for the tool and client filters: registered tools and visible clients."""
+    """Choices for the tool and client filters: the tool names tasks have, and the clients
+    USER may see."""
     clients = client_ids_visible_to(user)
     names = Client.objects.order_by("name")
     if clients is not None:
         names = names.filter(pk__in=clients)
-    tools = sorted(enabled_tools())
-    return tools, list(names.values_list("name", flat=True))
+    return tool_names(), list(names.values_list("name", flat=True))
 
 
 def wait_for_outcome(

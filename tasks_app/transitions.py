@@ -223,8 +223,10 @@ def complete(
     A leg passes its LEASE_OWNER and LEASE_LEG (its fencing token): LeaseLost is raised if
     that lease was taken over or has expired.
     """
-    fields = {"result": result, "status_message": ""}
     is_error = bool(result.get("isError"))
+    # is_error is written with the result, on both ways of ending (the ORM's save and the
+    # hot path's statement write every field given here).
+    fields = {"result": result, "status_message": "", "is_error": is_error}
     return _end(task_id, Status.COMPLETED, lease_owner=lease_owner, lease_leg=lease_leg,
                 actor=actor, fields=fields, is_error=is_error)  # fmt: skip
 

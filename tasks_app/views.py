@@ -1,7 +1,8 @@
 from __future__ import annotations
 
-from django.http import HttpRequest, HttpResponse, JsonResponse
-from django.views.decorators.cache import never_cache
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect, JsonResponse
+from django.templatetags.static import static
+from django.views.decorators.cache import cache_control, never_cache
 from django.views.decorators.http import require_GET
 
 from elicitations.metrics import PendingQuestionsCollector
@@ -11,6 +12,7 @@ from tasks_app.dashboard import effect_reconcile, task_cancel, task_detail, task
 # The operator console's views live in tasks_app.dashboard.
 __all__ = [
     "effect_reconcile",
+    "favicon",
     "healthz",
     "livez",
     "metrics_view",
@@ -66,3 +68,11 @@ def metrics_view(request: HttpRequest) -> HttpResponse:
         return refused
     body = metrics.exposition([metrics.DatabaseCollector(), PendingQuestionsCollector()])
     return HttpResponse(body, content_type=metrics.CONTENT_TYPE)
+
+
+@require_GET
+@cache_control(max_age=86400, public=True)
+def favicon(request: HttpRequest) -> HttpResponse:
+    """``/favicon.ico``, which browsers ask for on pages that name no icon (the admin's): the
+    static file (a redirect, so that it is served, compressed and cached like the others)."""
+    return HttpResponseRedirect(static("favicon.ico"))

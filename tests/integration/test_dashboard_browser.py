@@ -367,6 +367,12 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
             idempotency_key=f"order-{9000 + i}" if i % 2 else None,
             finished_at=now if status in (Status.COMPLETED, Status.FAILED) else None,
         ))  # fmt: skip
+    rows[1].is_error = True  # a declined refund (refund_payment): completed, with a tool error
+    rows[1].result = {
+        "content": [{"type": "text", "text": "Refund of p-4410 was not approved by an operator: "
+                     "the question was declined"}],
+        "isError": True,
+    }  # fmt: skip
     Task.objects.bulk_create(rows)
     for i, task in enumerate(rows):
         created = now - timedelta(minutes=i * 1.2)
@@ -420,3 +426,188 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
     for name in ("dashboard.png", "task-unknown-effect.png", "cancel-confirmation.png"):
         assert (out / name).stat().st_size > 10_000
     Task.objects.filter(pk=running.pk).update(lease_owner="")
+
+
+# --- the list tells the truth: tool errors, search, narrow screens, no 404 ---------------------
+
+
+def test_a_declined_refund_is_a_tool_error_and_is_found_by_its_payment(
+    browser, stack, make_user, token
+) -> None:
+    from playwright.sync_api import expect
+
+    from elicitations import transitions as questions
+    from elicitations.models import Channel, InputRequest
+
+    olga = make_user("olga")
+    plain = call(stack, token, "slow_echo", text="fine", seconds=0.1)
+    refund = call(stack, token, "refund_payment", key="refund-p-42", payment_id="p-42",
+                  amount_cents=20000, reason="damaged in transit")  # fmt: skip
+    question = wait_for(
+        "the approval question",
+        lambda: InputRequest.objects.filter(task_id=refund, ask_key="approval").first(),
+        30,
+    )
+    # The operator declines, through the transition the inbox's Decline button calls.
+    questions.answer(task=Task.objects.get(pk=refund), key=question.key,
+                     response={"action": "decline"}, channel=Channel.INBOX, user=olga)  # fmt: skip
+    ended = wait_for(
+        "both tasks to end",
+        lambda: (
+            (t := Task.objects.filter(pk__in=[plain, refund], finished_at__isnull=False)).count()
+            == 2
+            and t
+        ),
+        60,
+    )
+    assert {t.pk: (t.status, t.is_error) for t in ended} == {
+        plain: (Status.COMPLETED, False),
+        refund: (Status.COMPLETED, True),
+    }
+
+    page = log_in(browser, stack, "olga")
+    # Counted apart: one plain completion, one tool error (which needs attention).
+    expect(page.locator("#count-completed .tile-count")).to_have_text("1")
+    expect(page.locator("#count-tool_error .tile-count")).to_have_text("1")
+    expect(page.locator("#count-attention .tile-count")).to_have_text("1")
+    expect(row(page, refund).locator(".status")).to_have_text("Tool error")
+    expect(row(page, refund)).to_contain_text("Refund of p-42 was not approved by an operator")
+    expect(row(page, plain).locator(".status")).to_have_text("Completed")
+    # The two badges look different.
+    colours = [
+        row(page, pk).locator(".status").evaluate("el => getComputedStyle(el).backgroundColor")
+        for pk in (plain, refund)
+    ]
+    assert colours[0] != colours[1]
+
+    page.locator("#count-tool_error").click()
+    page.wait_for_url(re.compile(r"/tasks/\?outcome=tool_error$"))
+    expect(row(page, refund)).to_be_visible()
+    expect(row(page, plain)).to_have_count(0)
+    expect(page.locator("#filter-outcome")).to_have_value("tool_error")
+
+    page.get_by_role("link", name="Clear").click()
+    page.get_by_label("Search").fill("p-42")
+    page.get_by_role("button", name="Filter").click()
+    page.wait_for_url(re.compile(r"[?&]q=p-42"))
+    expect(row(page, refund)).to_be_visible()
+    expect(row(page, plain)).to_have_count(0)
+    expect(page.locator("#task-table tbody tr")).to_have_count(1)
+
+
+def test_an_unknown_status_is_an_error_on_the_page(browser, stack, make_user) -> None:
+    from playwright.sync_api import expect
+
+    make_user("olga")
+    page = log_in(browser, stack, "olga")
+    response = page.goto(f"{stack.url}/tasks/?status=bogus")
+    assert response is not None and response.status == 400
+    expect(page.get_by_role("alert")).to_contain_text("Unknown status “bogus”")
+    expect(page.locator("#task-table")).to_have_count(0)
+
+
+def test_at_390_px_the_status_column_stays_on_screen(browser, stack, make_user, demo) -> None:
+    from playwright.sync_api import expect
+
+    make_user("olga")
+    task = Task.objects.create(client=demo, tool_name="export_report", arguments={},
+                               idempotency_key="export-q3-" + "x" * 30,
+                               status_message="Generating Q3 rows (4000/10000)")  # fmt: skip
+    page = log_in(browser, stack, "olga", viewport={"width": 390, "height": 844},
+                  is_mobile=True, has_touch=True)  # fmt: skip
+    status_header = page.locator("#task-table th.col-status")
+    badge = row(page, task.pk).locator(".status")
+    expect(status_header).to_be_visible()
+    expect(badge).to_have_text("Working")
+    for element in (status_header, badge):
+        box = element.bounding_box()
+        assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 390, box
+    # Less important columns give way; nothing needs a sideways scroll.
+    for column in ("col-client", "col-key", "col-duration"):
+        expect(page.locator(f"#task-table th.{column}")).to_be_hidden()
+    widths = page.evaluate(
+        """() => { const w = document.querySelector('.table-wrap');
+                   return [w.scrollWidth, w.clientWidth, document.documentElement.scrollWidth]; }"""
+    )
+    assert widths[0] <= widths[1] and widths[2] <= 390, widths
+
+
+def test_the_search_box_shows_its_whole_hint_and_zero_attention_is_not_red(
+    browser, stack, make_user
+) -> None:
+    make_user("olga")
+    page = log_in(browser, stack, "olga")
+    fits = page.evaluate(
+        """() => {
+            const input = document.getElementById('filter-q');
+            const style = getComputedStyle(input);
+            const context = document.createElement('canvas').getContext('2d');
+            context.font = style.font;
+            const text = context.measureText(input.placeholder).width;
+            const room = input.clientWidth - parseFloat(style.paddingLeft)
+                - parseFloat(style.paddingRight);
+            return [text, room];
+        }"""
+    )
+    assert fits[0] <= fits[1], fits
+    assert page.locator("#count-attention .tile-count").inner_text() == "0"
+    colours = [
+        page.locator(f"#count-{key} .tile-count").evaluate("el => getComputedStyle(el).color")
+        for key in ("attention", "working")
+    ]
+    assert colours[0] == colours[1]
+
+
+def test_no_request_of_any_page_answers_404(
+    browser, stack, make_user, demo, django_user_model
+) -> None:
+    from elicitations import transitions as questions
+
+    make_user("olga")
+    django_user_model.objects.create_superuser(username="root", password="pw-root-1")
+    task = Task.objects.create(client=demo, tool_name="confirm_action", arguments={})
+    question = questions.open_request(task=task, ask_key="approve", message="Approve?",
+                                      audience="operator")  # fmt: skip
+    answered: list[tuple[int, str]] = []
+
+    def watch(page: Any) -> Any:
+        page.on("response", lambda response: answered.append((response.status, response.url)))
+        return page
+
+    context = browser.new_context(viewport={"width": 1400, "height": 900})
+    page = watch(context.new_page())
+    page.goto(f"{stack.url}/accounts/login/")
+    page.get_by_label("Username").fill("olga")
+    page.get_by_label("Password").fill("pw-olga-1")
+    page.get_by_role("button", name="Log in").click()
+    page.wait_for_url(f"{stack.url}/tasks/")
+    for path in ("/tasks/?outcome=tool_error", "/tasks/?sort=-duration", f"/tasks/{task.pk}/",
+                 "/inbox/", f"/inbox/{question.pk}/"):  # fmt: skip
+        response = page.goto(f"{stack.url}{path}")
+        assert response is not None and response.status == 200, (path, response.status)
+    # What a browser asks for on a page that names no icon (fetched, not opened: an image
+    # opened as a page gets Chromium's own inline styles, which the policy blocks).
+    icon = page.request.get(f"{stack.url}/favicon.ico")
+    assert (icon.status, icon.headers["content-type"]) == (200, "image/x-icon")
+    # An administrator's pages too (the admin names no icon of its own: /favicon.ico). In a
+    # window of its own: Django's admin sets inline styles, which the Content-Security-Policy
+    # blocks, and the console's windows are checked for that.
+    admin = browser.chromium.new_context(viewport={"width": 1400, "height": 900})
+    try:
+        root_page = watch(admin.new_page())
+        root_page.goto(f"{stack.url}/admin/login/?next=/admin/")
+        root_page.get_by_label("Username").fill("root")
+        root_page.get_by_label("Password").fill("pw-root-1")
+        root_page.get_by_role("button", name="Log in").click()
+        root_page.wait_for_url(f"{stack.url}/admin/")
+        for path in ("/admin/tasks_app/task/", "/admin/elicitations/inputrequest/",
+                     f"/admin/tasks_app/task/{task.pk}/change/", f"/tasks/{task.pk}/", "/healthz"):  # fmt: skip
+            response = root_page.goto(f"{stack.url}{path}")
+            assert response is not None and response.status == 200, (path, response.status)
+    finally:
+        admin.close()
+    # Every icon a page names is there.
+    for icon in page.locator("link[rel=icon]").all():
+        href = icon.get_attribute("href")
+        assert page.request.get(f"{stack.url}{href}").status == 200, href
+    assert answered and not [(s, u) for s, u in answered if s == 404 or s >= 500], answered

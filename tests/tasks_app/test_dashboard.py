@@ -12,7 +12,7 @@ from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from elicitations import transitions as questions
-from tasks_app import selectors
+from tasks_app import listing
 from tasks_app.models import Effect, Status, Task
 
 EVIL = '<script>alert("x")</script><img src=x onerror=alert(1)>'
@@ -50,7 +50,8 @@ def test_it_lists_the_tenants_tasks_newest_first_with_their_fields(
     assert theirs.pk not in html
     assert f'href="/tasks/{older.pk}/"' in html
     assert "key-1" in html and "step 2 of 5" in html and "2\xa0hours ago" in html
-    assert '<td class="mono">export_report</td>' in html and "<td>alice</td>" in html
+    assert '<td class="col-tool mono">export_report</td>' in html
+    assert '<td class="col-client">alice</td>' in html
 
 
 def test_every_status_is_a_count_link_even_at_zero(client, operator, alice) -> None:
@@ -67,6 +68,7 @@ def test_every_status_is_a_count_link_even_at_zero(client, operator, alice) -> N
         "working": "3",
         "input_required": "0",
         "completed": "0",
+        "tool_error": "0",
         "failed": "1",
         "cancelled": "0",
         "attention": "1",
@@ -91,7 +93,7 @@ def test_filters_come_from_the_query_string(client, operator, alice) -> None:
     assert listed("status=failed") == {failed.pk}
     assert listed("status=working&tool=export_report") == {export.pk}
     assert listed("client=alice-2") == {other_client.pk}
-    assert listed("status=bogus") == {working.pk, failed.pk, export.pk, other_client.pk}
+    assert listed("") == {working.pk, failed.pk, export.pk, other_client.pk}
     html = client.get("/tasks/?status=failed").content.decode()
     assert '<option value="failed" selected>' in html
     assert (
@@ -100,23 +102,38 @@ def test_filters_come_from_the_query_string(client, operator, alice) -> None:
     )
 
 
-def test_search_matches_an_id_its_prefix_or_an_idempotency_key(
+def test_search_matches_an_id_its_prefix_or_text_in_the_key_tool_client_or_message(
     client, operator, alice, bob
 ) -> None:
-    task = make(alice, idempotency_key="order-77")
-    other = make(alice, idempotency_key="order-770")
-    theirs = make(bob, idempotency_key="order-77")
+    task = make(alice, idempotency_key="refund-p-42")
+    other = make(alice, idempotency_key="order-770", status_message="Generating Q3 rows")
+    export = make(alice, tool_name="export_report")
+    shop = make(alice.tenant.clients.create(name="shop-bot"))
+    theirs = make(bob, idempotency_key="refund-p-42", tool_name="export_report")
     client.force_login(operator)
 
     def found(q: str) -> set[str]:
-        return set(ids_in(client.get("/tasks/", {"q": q}).content.decode()))
+        response = client.get("/tasks/", {"q": q})
+        assert response.status_code == 200
+        return set(ids_in(response.content.decode()))
 
     assert found(task.pk) == {task.pk}
     assert found(task.pk[:6]) >= {task.pk}
-    assert found("order-77") == {task.pk}  # exactly, and never another tenant's
-    assert found("order-7") == set()
+    # Part of a key, in any case; never another tenant's task.
+    assert found("p-42") == {task.pk}
+    assert found("REFUND-P") == {task.pk}
+    assert found("order-77") == {other.pk}
+    assert found("q3 rows") == {other.pk}  # the status message
+    assert found("export") == {export.pk}  # the tool
+    assert found("shop") == {shop.pk}  # the client
+    assert found("nothing like it") == set()
     assert theirs.pk not in found(theirs.pk)
-    assert other.pk in found("order-770")
+    # Under three characters: ids by prefix, keys exactly, tools and clients by name; not
+    # text inside a key ("." is in no id, tool or client).
+    dotted = make(alice, idempotency_key="x.")
+    assert found("x.") == {dotted.pk}
+    assert found(".") == set()
+    assert found("ex") == {export.pk}
 
 
 def test_attention_lists_unknown_effects_overdue_questions_and_recent_failures(
@@ -168,7 +185,7 @@ def test_pages_are_50_rows_read_by_cursor(client, operator, alice) -> None:
 
     # Back up one page from the last: the second page again.
     html = client.get(
-        f"/tasks/?tool=slow_echo&cursor={selectors.Cursor.of(Task.objects.get(pk=pages[2][0]), older=False).encode()}"
+        f"/tasks/?tool=slow_echo&cursor={listing.ListCursor.of(Task.objects.get(pk=pages[2][0]), older=False).encode()}"
     ).content.decode()
     assert ids_in(html) == pages[1]
     assert 'id="page-first"' in html
@@ -252,7 +269,7 @@ def test_a_superuser_sees_every_tenant(client, alice, bob, django_user_model) ->
 
 @pytest.mark.postgres
 def test_large_counts_are_estimates_and_say_so(client, operator, alice, monkeypatch) -> None:
-    monkeypatch.setattr(selectors, "COUNT_EXACT_UP_TO", 5)
+    monkeypatch.setattr(listing, "COUNT_EXACT_UP_TO", 5)
     make(alice, 8)
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE tasks_app_task")

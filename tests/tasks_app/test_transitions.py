@@ -34,7 +34,7 @@ def test_complete_stores_the_result_and_writes_an_event(task) -> None:  # type: 
     transitions.complete(task_id=task.pk, result=result, actor="w1")
 
     task.refresh_from_db()
-    assert (task.status, task.result) == (Status.COMPLETED, result)
+    assert (task.status, task.result, task.is_error) == (Status.COMPLETED, result, False)
     assert task.finished_at is not None
     event = TaskEvent.objects.get(task=task)
     assert (event.kind, event.old_status, event.new_status, event.actor) == (
@@ -43,6 +43,16 @@ def test_complete_stores_the_result_and_writes_an_event(task) -> None:  # type: 
         "completed",
         "w1",
     )
+
+
+def test_a_tool_error_is_marked_on_the_task_row(task) -> None:  # type: ignore[no-untyped-def]
+    result = {"content": [{"type": "text", "text": "Refund declined"}], "isError": True}
+
+    transitions.complete(task_id=task.pk, result=result, actor="w1")
+
+    task.refresh_from_db()
+    assert (task.status, task.is_error) == (Status.COMPLETED, True)
+    assert Task.objects.filter(is_error=True).get() == task
 
 
 def test_fail_keeps_the_error_and_explains_it(task) -> None:  # type: ignore[no-untyped-def]
@@ -174,6 +184,7 @@ def test_the_leg_holding_the_lease_ends_its_task_and_closes_open_questions(task,
     assert closed.detail == {"keys": ["a", "b"], "reason": expected[end]}
     if end == "complete":
         assert (task.result, ended.detail) == ({"content": [], "isError": True}, {"is_error": True})
+        assert task.is_error  # written by the hot path's end, as by the ORM's
     if end == "fail":
         assert (task.error["message"], task.status_message, ended.detail) == (
             "boom",

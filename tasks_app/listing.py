@@ -1,0 +1,627 @@
+"""The operator console's task list: its filters and what is wrong with a query string, its
+orders and keyset cursor, the search, a page of rows and the count tiles.
+
+Every query is shaped for an index of Task.Meta (see the comments there) so that a page and
+the counts stay fast at millions of tasks: keyset pagination on the order's columns and the
+id, never OFFSET; counts that stop at COUNT_EXACT_UP_TO rows and then ask PostgreSQL's planner
+for an estimate, which the page marks as one. The substring search and the order by duration
+use indexes that exist on PostgreSQL only (migration 0015); on SQLite they are a plain LIKE
+and a sort, which is fine at its sizes. Who may see what is ``tasks_app.selectors``'.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import UTC, date, datetime, timedelta
+from typing import Any
+
+from django.core.exceptions import EmptyResultSet
+from django.db import connections, models, transaction
+from django.db.models import (
+    DurationField,
+    ExpressionWrapper,
+    F,
+    Q,
+    QuerySet,
+    prefetch_related_objects,
+)
+from django.utils.dateparse import parse_datetime
+
+from tasks_app.models import TERMINAL_STATUSES, Client, Status, Task
+from tasks_app.selectors import (
+    client_ids_visible_to,
+    task_rows_visible_to,
+    tasks_visible_to,
+    tool_names,
+)
+
+PAGE_SIZE = 50
+COUNT_EXACT_UP_TO = 10_000
+# A search shorter than this finds ids by prefix, keys exactly and tools and clients by
+# substring, but not keys and status messages by substring: a trigram index needs three.
+SEARCH_SUBSTRING_FROM = 3
+# How many rows of the list a search reads in order before it asks its indexes instead.
+SEARCH_WALK = 10_000
+
+
+class Outcome(models.TextChoices):
+    """What became of a task, beyond its status: the list's ``outcome`` filter."""
+
+    OK = "ok", "No error"
+    TOOL_ERROR = "tool_error", "Tool error"
+    UNKNOWN_EFFECT = "unknown_effect", "Unknown effect"
+
+
+# Outcomes that only a completed task has.
+COMPLETED_OUTCOMES = frozenset({Outcome.OK, Outcome.TOOL_ERROR})
+
+
+# --- sorting --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class SortKey:
+    """One column of a keyset order: a Task field (or the ``duration`` annotation), its
+    direction, and how a cursor carries its value (``time``, ``duration`` or ``text``)."""
+
+    field: str
+    desc: bool
+    kind: str = "text"
+
+    def flipped(self) -> SortKey:
+        return replace(self, desc=not self.desc)
+
+
+@dataclass(frozen=True)
+class Segment:
+    """A run of the list in one keyset order: the rows WHERE selects, ordered by KEYS (the
+    last one unique). STATUSES: the statuses its rows can have (a status filter outside them
+    skips the segment instead of scanning an index for rows that cannot be there)."""
+
+    where: Q
+    keys: tuple[SortKey, ...]
+    statuses: frozenset[str] = frozenset(Status.values)
+
+    def flipped(self) -> Segment:
+        return replace(self, keys=tuple(key.flipped() for key in self.keys))
+
+
+@dataclass(frozen=True)
+class Sort:
+    """A whitelisted ``?sort=``: one or more segments, read one after the other."""
+
+    name: str
+    label: str
+    segments: tuple[Segment, ...]
+
+    def reversed(self, name: str = "") -> Sort:
+        return Sort(
+            name or self.name, self.label, tuple(s.flipped() for s in reversed(self.segments))
+        )
+
+    @property
+    def uses_duration(self) -> bool:
+        return any(k.field == "duration" for s in self.segments for k in s.keys)
+
+
+_CREATED = SortKey("created_at", True, "time")
+_ID = SortKey("id", True)
+_FINISHED = Q(finished_at__isnull=False)
+_UNFINISHED = Q(finished_at__isnull=True)
+_ACTIVE = frozenset(Status.values) - TERMINAL_STATUSES
+
+
+def _by(name: str, label: str, *keys: SortKey) -> Sort:
+    return Sort(name, label, (Segment(Q(), keys),))
+
+
+def _by_duration(name: str, label: str, *, longest_first: bool) -> Sort:
+    # Finished tasks by duration (finished_at - created_at, the task_duration index), then the
+    # tasks still running, which have none yet, newest first.
+    duration = SortKey("duration", longest_first, "duration")
+    return Sort(
+        name,
+        label,
+        (
+            Segment(_FINISHED, (duration, SortKey("id", longest_first)), TERMINAL_STATUSES),
+            Segment(_UNFINISHED, (_CREATED, _ID), _ACTIVE),
+        ),
+    )
+
+
+_NEWEST = _by("-created", "newest first", _CREATED, _ID)
+_TOOL = _by("tool", "tool, A to Z", SortKey("tool_name", False), _CREATED, _ID)
+_STATUS = _by("status", "status, A to Z", SortKey("status", False), _CREATED, _ID)
+DEFAULT_SORT = _NEWEST.name
+# Each second name reads its first one's order backwards (an index scanned the other way).
+SORTS: dict[str, Sort] = {
+    s.name: s
+    for s in (
+        _NEWEST,
+        _NEWEST.reversed("created"),
+        _TOOL,
+        _TOOL.reversed("-tool"),
+        _STATUS,
+        _STATUS.reversed("-status"),
+        _by_duration("-duration", "longest first", longest_first=True),
+        _by_duration("duration", "shortest first", longest_first=False),
+    )
+}
+SORTS["created"] = replace(SORTS["created"], label="oldest first")
+SORTS["-tool"] = replace(SORTS["-tool"], label="tool, Z to A")
+SORTS["-status"] = replace(SORTS["-status"], label="status, Z to A")
+
+DURATION = ExpressionWrapper(F("finished_at") - F("created_at"), output_field=DurationField())
+
+
+# --- filters --------------------------------------------------------------------------------
+
+
+def _moment(text: str, *, end: bool) -> datetime | None:
+    """A ``from`` (END false) or ``to`` value as a bound of [from, to): a date is its day's
+    start, or for ``to`` the next day's start (the whole day is in); an ISO date-time is that
+    moment (UTC unless it says otherwise), for ``to`` included. None if it is neither."""
+    try:
+        day = date.fromisoformat(text)
+    except ValueError:
+        pass
+    else:
+        start = datetime(day.year, day.month, day.day, tzinfo=UTC)
+        return _later(start, timedelta(days=1)) if end else start
+    try:
+        moment = parse_datetime(text)
+    except ValueError:
+        return None
+    if moment is None:
+        return None
+    moment = moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    return _later(moment, timedelta(microseconds=1)) if end else moment
+
+
+def _later(moment: datetime, by: timedelta) -> datetime | None:
+    try:
+        return moment + by
+    except OverflowError:  # the end of year 9999
+        return None
+
+
+@dataclass(frozen=True)
+class TaskFilters:
+    """The list's filters and order, exactly as the query string carries them, and what was
+    wrong with it (ERRORS: a value that is not one of the choices, a date that is not one)."""
+
+    status: str = ""
+    outcome: str = ""
+    tool: str = ""
+    client: str = ""
+    attention: bool = False
+    q: str = ""
+    sort: str = DEFAULT_SORT
+    created_from: str = ""  # ?from=
+    created_to: str = ""  # ?to=
+    errors: tuple[str, ...] = field(default=(), compare=False)
+
+    @classmethod
+    def from_query(cls, query: Mapping[str, str]) -> TaskFilters:
+        errors = []
+        status = query.get("status", "").strip()
+        if status and status not in Status.values:
+            errors.append(
+                f"Unknown status “{status[:40]}”: choose one of {', '.join(Status.values)}."
+            )
+            status = ""
+        outcome = query.get("outcome", "").strip()
+        if outcome and outcome not in Outcome.values:
+            errors.append(
+                f"Unknown outcome “{outcome[:40]}”: choose one of {', '.join(Outcome.values)}."
+            )
+            outcome = ""
+        if outcome in COMPLETED_OUTCOMES and status not in ("", Status.COMPLETED):
+            errors.append(f"Outcome “{outcome}” is only for completed tasks, not {status}.")
+        sort = query.get("sort", "").strip() or DEFAULT_SORT
+        if sort not in SORTS:
+            errors.append(f"Unknown sort “{sort[:40]}”: choose one of {', '.join(SORTS)}.")
+            sort = DEFAULT_SORT
+        dates = {}
+        for key, upper in (("from", False), ("to", True)):
+            text = query.get(key, "").strip()[:40]
+            if text and _moment(text, end=upper) is None:
+                errors.append(f"“{text}” is not a date (YYYY-MM-DD) or date-time for “{key}”.")
+                text = ""
+            dates[key] = text
+        filters = cls(
+            status=status,
+            outcome=outcome,
+            tool=query.get("tool", "").strip()[:200],
+            client=query.get("client", "").strip()[:100],
+            attention=query.get("attention", "") == "1",
+            q=query.get("q", "").strip()[:255],
+            sort=sort,
+            created_from=dates["from"],
+            created_to=dates["to"],
+        )
+        start, end = filters.created_range
+        if start and end and start >= end:
+            errors.append("The date range is empty: “from” must come before “to”.")
+        return replace(filters, errors=tuple(errors))
+
+    @property
+    def created_range(self) -> tuple[datetime | None, datetime | None]:
+        """[start, end) of the creation times the list shows (None: open)."""
+        start = _moment(self.created_from, end=False) if self.created_from else None
+        end = _moment(self.created_to, end=True) if self.created_to else None
+        return start, end
+
+    def query(self, **changes: Any) -> dict[str, str]:
+        """The query-string parameters of these filters (empty ones and the default sort left
+        out), with CHANGES (by field name; ``cursor`` too)."""
+        values = {**asdict(self), **changes}
+        names = {"created_from": "from", "created_to": "to"}
+        out = {}
+        for name in ("status", "outcome", "tool", "client", "q", "created_from", "created_to"):
+            if values[name]:
+                out[names.get(name, name)] = str(values[name])
+        if values["attention"]:
+            out["attention"] = "1"
+        if values["sort"] and values["sort"] != DEFAULT_SORT:
+            out["sort"] = str(values["sort"])
+        if values.get("cursor"):
+            out["cursor"] = str(values["cursor"])
+        return out
+
+    @property
+    def counting(self) -> TaskFilters:
+        """The filters the counts follow: tool, client and dates (not status, outcome,
+        attention or search, which the counts themselves split the list by)."""
+        return TaskFilters(tool=self.tool, client=self.client, created_from=self.created_from,
+                           created_to=self.created_to)  # fmt: skip
+
+
+# --- a page of the list ---------------------------------------------------------------------
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ListCursor:
+    """The console list's keyset position: a row's values of its sort's keys (in segment
+    SEGMENT), which sort, and which way to read from it (older: on down the list)."""
+
+    sort: str
+    segment: int
+    values: tuple[Any, ...]
+    older: bool = True
+
+    def encode(self) -> str:
+        keys = SORTS[self.sort].segments[self.segment].keys
+        plain = [_plain(key, value) for key, value in zip(keys, self.values, strict=True)]
+        payload = json.dumps([self.sort, self.segment, plain], separators=(",", ":"))
+        packed = base64.urlsafe_b64encode(payload.encode()).decode().rstrip("=")
+        return f"{'o' if self.older else 'n'}{packed}"
+
+    @classmethod
+    def decode(cls, text: str) -> ListCursor | None:
+        """The cursor TEXT encodes, or None for anything else (a hand-edited link: the
+        list starts at its first page)."""
+        if len(text) < 2 or len(text) > 2000 or text[0] not in "on":
+            return None
+        try:
+            packed = text[1:] + "=" * (-len(text[1:]) % 4)
+            sort, segment, plain = json.loads(base64.urlsafe_b64decode(packed))
+            keys = SORTS[sort].segments[segment].keys
+            if not isinstance(plain, list) or len(plain) != len(keys):
+                return None
+            values = tuple(_typed(key, value) for key, value in zip(keys, plain, strict=True))
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError, OSError):
+            return None
+        return cls(sort, segment, values, older=text[0] == "o")
+
+    @classmethod
+    def of(
+        cls, task: Task, *, sort: str = DEFAULT_SORT, segment: int = 0, older: bool
+    ) -> ListCursor:
+        keys = SORTS[sort].segments[segment].keys
+        return cls(sort, segment, tuple(getattr(task, k.field) for k in keys), older=older)
+
+
+def _plain(key: SortKey, value: Any) -> Any:
+    if key.kind == "time":
+        return (value - _EPOCH) // timedelta(microseconds=1)
+    if key.kind == "duration":
+        return value // timedelta(microseconds=1)
+    return str(value)
+
+
+def _typed(key: SortKey, value: Any) -> Any:
+    if key.kind in ("time", "duration"):
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(value)
+        micros = timedelta(microseconds=value)
+        return _EPOCH + micros if key.kind == "time" else micros
+    if not isinstance(value, str):
+        raise TypeError(value)
+    return value
+
+
+@dataclass
+class TaskPage:
+    tasks: list[Task]
+    older: ListCursor | None  # the next page (further down the list), if any
+    newer: ListCursor | None  # the previous page, if this is not the first
+
+
+@dataclass(frozen=True)
+class Count:
+    value: int
+    estimate: bool = False
+
+
+def _clients_named(user: Any, q: str) -> list[int]:
+    names = Client.objects.filter(name__icontains=q)
+    clients = client_ids_visible_to(user)
+    if clients is not None:
+        names = names.filter(pk__in=clients)
+    return list(names.values_list("pk", flat=True)[:1000])
+
+
+def search_filter(*, user: Any, q: str) -> Q:
+    """What ``?q=`` finds: a task id or the start of one; the idempotency key and the status
+    message containing Q (case-insensitive; from SEARCH_SUBSTRING_FROM characters, through
+    the trigram indexes on PostgreSQL; shorter: the key exactly); a tool or a client whose
+    name contains Q (looked up in the tool names and the clients, then by index)."""
+    found = Q(pk__startswith=q)
+    if len(q) >= SEARCH_SUBSTRING_FROM:
+        found |= Q(idempotency_key__icontains=q) | Q(status_message__icontains=q)
+    else:
+        # Keys are unique per client: the (client, key) index answers this with the clients.
+        visible = client_ids_visible_to(user)
+        if visible is None:
+            visible = list(Client.objects.values_list("pk", flat=True))
+        found |= Q(client_id__in=visible, idempotency_key=q)
+    folded = q.casefold()
+    tools = [name for name in tool_names() if folded in name.casefold()]
+    if tools:
+        found |= Q(tool_name__in=tools)
+    clients = _clients_named(user, q)
+    if clients:
+        found |= Q(client_id__in=clients)
+    return found
+
+
+def _filtered(
+    qs: QuerySet[Task],
+    filters: TaskFilters,
+    *,
+    attention: Q | None = None,
+    unknown_effects: Iterable[str] = (),
+) -> QuerySet[Task]:
+    if filters.status:
+        qs = qs.filter(status=filters.status)
+    if filters.outcome == Outcome.OK:
+        qs = qs.filter(status=Status.COMPLETED, is_error=False)
+    elif filters.outcome == Outcome.TOOL_ERROR:
+        qs = qs.filter(is_error=True)  # only completed tasks have one (the partial index's)
+    elif filters.outcome == Outcome.UNKNOWN_EFFECT:
+        qs = qs.filter(pk__in=sorted(unknown_effects))
+    if filters.tool:
+        qs = qs.filter(tool_name=filters.tool)
+    if filters.client:
+        qs = qs.filter(client__name=filters.client)
+    start, end = filters.created_range
+    if start is not None:
+        qs = qs.filter(created_at__gte=start)
+    if end is not None:
+        qs = qs.filter(created_at__lt=end)
+    if filters.attention and attention is not None:
+        qs = qs.filter(attention)
+    return qs
+
+
+def _after(keys: tuple[SortKey, ...], values: tuple[Any, ...]) -> Q:
+    """Rows strictly after VALUES in the order of KEYS (the last key unique): the first key
+    bounded (where an index range starts), then the lexicographic comparison."""
+    first = keys[0]
+    after = Q()
+    for i, key in enumerate(keys):
+        same = {k.field: v for k, v in zip(keys[:i], values[:i], strict=True)}
+        step = Q(**same, **{f"{key.field}__{'lt' if key.desc else 'gt'}": values[i]})
+        after = step if i == 0 else after | step
+    bound = Q(**{f"{first.field}__{'lte' if first.desc else 'gte'}": values[0]})
+    return bound & after
+
+
+def _order(keys: tuple[SortKey, ...]) -> list[Any]:
+    return [F(k.field).desc() if k.desc else F(k.field).asc() for k in keys]
+
+
+def _read(
+    qs: QuerySet[Task],
+    sort: Sort,
+    *,
+    start: int,
+    values: tuple[Any, ...] | None,
+    limit: int,
+    statuses: frozenset[str],
+    search: Q | None = None,
+) -> list[tuple[int, Task]]:
+    """Up to LIMIT rows of QS in SORT's order (those SEARCH finds, if given), from (after
+    VALUES in) segment START on, each with its segment's index."""
+    rows: list[tuple[int, Task]] = []
+    for index in range(start, len(sort.segments)):
+        segment = sort.segments[index]
+        if not segment.statuses & statuses:
+            continue
+        part = qs.filter(segment.where)
+        if index == start and values is not None:
+            part = part.filter(_after(segment.keys, values))
+        wanted = limit - len(rows)
+        if search is None:
+            got = list(part.order_by(*_order(segment.keys))[:wanted])
+        else:
+            got = _searched(part, search, segment.keys, wanted)
+        rows.extend((index, task) for task in got)
+        if len(rows) >= limit:
+            break
+    return rows
+
+
+def _searched(part: QuerySet[Task], search: Q, keys: tuple[SortKey, ...], limit: int) -> list[Task]:
+    """The first LIMIT rows of PART, in the order of KEYS, that SEARCH finds.
+
+    Which plan is fast depends on how many rows match, which PostgreSQL's planner cannot know
+    well (a tenant's keys look nothing like another's, and it cannot tell): reading the list
+    in order until enough rows match is fast when many do, and reads every row when none
+    does; asking the search's indexes (trigram, id, tool, client) is fast when few do. So, on
+    PostgreSQL: first the next SEARCH_WALK rows of the list in order, searched among
+    themselves (one statement, bounded); if they hold fewer than LIMIT matches and the list
+    goes on, the indexes, with the planner told not to read the list in order."""
+    order = _order(keys)
+    db = connections[part.db]
+    if db.vendor != "postgresql":
+        return list(part.filter(search).order_by(*order)[:limit])
+    walk = part.select_related(None).order_by(*order)[:SEARCH_WALK]
+    outer = Task.objects.filter(search).order_by(*order)
+    if any(k.field == "duration" for k in keys):
+        outer = outer.annotate(duration=DURATION)
+    try:
+        inner_sql, inner_params = walk.query.sql_with_params()
+        outer_sql, outer_params = outer[:limit].query.sql_with_params()
+    except EmptyResultSet:  # e.g. an operator of a tenant without clients
+        return []
+    table = db.ops.quote_name(Task._meta.db_table)
+    assert outer_sql.count(f" FROM {table} ") == 1, outer_sql  # no joins: one table to replace
+    statement = outer_sql.replace(f" FROM {table} ", f" FROM ({inner_sql}) {table} ")
+    found = list(Task.objects.raw(statement, (*inner_params, *outer_params)))
+    if len(found) < limit and walk.count() == SEARCH_WALK:
+        with transaction.atomic(using=part.db), db.cursor() as cursor:
+            cursor.execute("SET LOCAL enable_indexscan = off")
+            cursor.execute("SET LOCAL enable_seqscan = off")
+            found = list(part.select_related(None).filter(search).order_by(*order)[:limit])
+    prefetch_related_objects(found, "client")
+    return found
+
+
+def _statuses(filters: TaskFilters) -> frozenset[str]:
+    """The statuses the filters leave possible."""
+    if filters.outcome in COMPLETED_OUTCOMES:
+        return frozenset({Status.COMPLETED})
+    if filters.status:
+        return frozenset({filters.status})
+    return frozenset(Status.values)
+
+
+def task_page_for_operator(
+    *,
+    user: Any,
+    filters: TaskFilters,
+    cursor: ListCursor | None = None,
+    attention: Q | None = None,
+    unknown_effects: Iterable[str] = (),
+) -> TaskPage:
+    """One page of the tasks USER may see, in the filters' sort, PAGE_SIZE rows, read by keyset
+    from CURSOR. ATTENTION: ``attention_filter(...)``, used when the filters ask for it;
+    UNKNOWN_EFFECTS: ``unknown_effect_task_ids()``, when they ask for that outcome."""
+    sort = SORTS[filters.sort]
+    if cursor is not None and cursor.sort != sort.name:
+        cursor = None  # a cursor of another order: start at the top
+    # The list shows the client's name only: no join to the tenant.
+    visible = tasks_visible_to(user).select_related(None).select_related("client")
+    search = search_filter(user=user, q=filters.q) if filters.q else None
+    qs = _filtered(visible, filters, attention=attention, unknown_effects=unknown_effects)
+    if sort.uses_duration:
+        qs = qs.annotate(duration=DURATION)
+    statuses = _statuses(filters)
+    last = len(sort.segments) - 1
+    if cursor is not None and not cursor.older:
+        # Up the list from the cursor: read the reversed order, then turn the rows back.
+        back = sort.reversed()
+        rows = _read(qs, back, start=last - cursor.segment, values=cursor.values,
+                     limit=PAGE_SIZE + 1, statuses=statuses, search=search)  # fmt: skip
+        more = len(rows) > PAGE_SIZE
+        page = [(last - index, task) for index, task in rows[:PAGE_SIZE]][::-1]
+        return TaskPage(
+            tasks=[task for _, task in page],
+            older=_cursor(sort, page[-1], older=True) if page else None,
+            newer=_cursor(sort, page[0], older=False) if more and page else None,
+        )
+    rows = _read(
+        qs,
+        sort,
+        start=cursor.segment if cursor else 0,
+        values=cursor.values if cursor else None,
+        limit=PAGE_SIZE + 1,
+        statuses=statuses,
+        search=search,
+    )
+    page = rows[:PAGE_SIZE]
+    return TaskPage(
+        tasks=[task for _, task in page],
+        older=_cursor(sort, page[-1], older=True) if len(rows) > PAGE_SIZE else None,
+        newer=_cursor(sort, page[0], older=False) if cursor is not None and page else None,
+    )
+
+
+def _cursor(sort: Sort, row: tuple[int, Task], *, older: bool) -> ListCursor:
+    index, task = row
+    return ListCursor.of(task, sort=sort.name, segment=index, older=older)
+
+
+def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
+    """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
+
+    On PostgreSQL the planner is asked first (a fraction of a millisecond): a count it
+    expects far above the limit is not counted at all, which is what keeps the counts of a
+    million tasks cheap.
+    """
+    postgres = connections[qs.db].vendor == "postgresql"
+    if postgres and guess_first and (guess := _planner_estimate(qs)) > 2 * COUNT_EXACT_UP_TO:
+        return Count(guess, estimate=True)
+    capped = qs.values("pk")[: COUNT_EXACT_UP_TO + 1].count()
+    if capped <= COUNT_EXACT_UP_TO:
+        return Count(capped)
+    if not postgres:
+        return Count(qs.count())
+    # Never below what was just counted exactly.
+    return Count(max(_planner_estimate(qs), COUNT_EXACT_UP_TO + 1), estimate=True)
+
+
+def _planner_estimate(qs: QuerySet[Task]) -> int:
+    try:
+        sql, params = qs.values("pk").query.sql_with_params()
+    except EmptyResultSet:  # e.g. no visible client: nothing to ask about
+        return 0
+    with connections[qs.db].cursor() as cursor:
+        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
+        plan = cursor.fetchone()[0]
+    if isinstance(plan, str):
+        plan = json.loads(plan)
+    return int(plan[0]["Plan"]["Plan Rows"])
+
+
+# The count tiles: a status, or a completed task's outcome, and what each counts.
+COUNTED: dict[str, Q] = {
+    Status.WORKING: Q(status=Status.WORKING),
+    Status.INPUT_REQUIRED: Q(status=Status.INPUT_REQUIRED),
+    Status.COMPLETED: Q(status=Status.COMPLETED, is_error=False),
+    Outcome.TOOL_ERROR: Q(is_error=True),
+    Status.FAILED: Q(status=Status.FAILED),
+    Status.CANCELLED: Q(status=Status.CANCELLED),
+}
+
+
+def task_counts_for_operator(*, user: Any, filters: TaskFilters) -> dict[str, Count]:
+    """How many tasks USER may see are in each status, completed ones split into those
+    without and with a tool error (keys of COUNTED), within the tool, client and date
+    filters."""
+    base = _filtered(task_rows_visible_to(user), filters.counting)
+    return {key: _count(base.filter(where)) for key, where in COUNTED.items()}
+
+
+def attention_count_for_operator(*, user: Any, filters: TaskFilters, attention: Q) -> Count:
+    base = _filtered(task_rows_visible_to(user), filters.counting)
+    # Usually a few hundred tasks: counted straight away (capped like the others).
+    return _count(base.filter(attention), guess_first=False)

@@ -296,6 +296,7 @@ def main() -> None:
         os.environ["DJANGO_SETTINGS_MODULE"] = "config.settings"
         os.environ.pop("DEBUG", None)
         results = measure()
+        machine += f" and {os.getloadavg()[0]:.2f} at the end"
         from django.db import connections
 
         connections.close_all()

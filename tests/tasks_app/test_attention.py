@@ -9,9 +9,9 @@ import time_machine
 
 from elicitations import transitions as questions
 from elicitations.selectors import overdue_task_ids
-from tasks_app import selectors
+from tasks_app import listing, selectors
+from tasks_app.listing import TaskFilters
 from tasks_app.models import Status, Task
-from tasks_app.selectors import TaskFilters
 
 ASKED = datetime(2026, 11, 29, 10, 0, tzinfo=UTC)
 
@@ -20,8 +20,8 @@ def needing_attention(user) -> tuple[set[str], int]:  # type: ignore[no-untyped-
     """The ids on USER's attention list, and its count, as the dashboard computes them."""
     attention = selectors.attention_filter(overdue_task_ids=overdue_task_ids())
     filters = TaskFilters(attention=True)
-    page = selectors.task_page_for_operator(user=user, filters=filters, attention=attention)
-    count = selectors.attention_count_for_operator(user=user, filters=filters, attention=attention)
+    page = listing.task_page_for_operator(user=user, filters=filters, attention=attention)
+    count = listing.attention_count_for_operator(user=user, filters=filters, attention=attention)
     return {task.pk for task in page.tasks}, count.value
 
 

@@ -122,5 +122,5 @@ def test_the_migration_created_the_three_groups(db) -> None:
         "viewer": {"view_task", "view_inputrequest"},
         "answerer": {"view_task", "view_inputrequest", "answer_inputrequest"},
         "operator": {"view_task", "view_inputrequest", "answer_inputrequest", "cancel_task",
-                     "reconcile_effect"},
+                     "reconcile_effect", "resend_outboxmessage"},
     }  # fmt: skip

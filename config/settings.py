@@ -119,8 +119,6 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
-    # The console's trigram search indexes (GinIndex, OpClass; tasks_app migration 0015).
-    "django.contrib.postgres",
     "rest_framework",
     "django_htmx",
     "template_partials",

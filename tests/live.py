@@ -171,6 +171,7 @@ class LiveStack:
     def start(self, *, wait: bool = True) -> LiveStack:
         self.collect_static()
         self.clear_metrics()
+        forget_held_slots()
         self.start_web()
         if self.want_worker:
             self.start_worker()
@@ -352,6 +353,21 @@ class LiveStack:
 
             raw = json.dumps(body).encode()
         return httpx.post(self.mcp_url, content=raw, headers=hdrs, timeout=timeout)
+
+
+def forget_held_slots() -> None:
+    """Drop the per-client held-work leases (tasks_app/mcp/client_slots.py) that stacks
+    stopped earlier left in the shared Redis cache. Their processes were killed, so the
+    leases would only run out after LEASE_SECONDS; a new stack's clients reuse the same
+    primary keys and would find their slots taken meanwhile."""
+    from django.core.cache import cache
+
+    client = getattr(getattr(cache, "_cache", None), "get_client", None)
+    if client is None:
+        return  # the database cache: its table is emptied with the test database
+    redis = client(write=True)
+    for key in redis.scan_iter(match=cache.make_key("held:*")):
+        redis.delete(key)
 
 
 @contextlib.contextmanager

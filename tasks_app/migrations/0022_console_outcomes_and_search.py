@@ -4,43 +4,49 @@
 # with trigram indexes for the substring search of idempotency keys and status messages, and
 # an index of finished tasks by duration.
 
-from django.contrib.postgres.indexes import GinIndex, OpClass
 from django.contrib.postgres.operations import TrigramExtension
 from django.db import migrations, models
 from django.db.models import DurationField, ExpressionWrapper, F, Q
-from django.db.models.functions import Upper
 
 
-def postgresql_indexes():
-    # The search's icontains is UPPER(column) LIKE UPPER(pattern) on PostgreSQL: the trigram
-    # indexes are on the same expression. The duration is the list's sort key
-    # (tasks_app.selectors), finished tasks only (a running task has none yet).
-    return [
-        GinIndex(OpClass(Upper("idempotency_key"), name="gin_trgm_ops"), name="task_key_trgm"),
-        GinIndex(OpClass(Upper("status_message"), name="gin_trgm_ops"), name="task_message_trgm"),
-        models.Index(
-            ExpressionWrapper(F("finished_at") - F("created_at"), output_field=DurationField()).desc(),
-            F("id").desc(),
-            condition=Q(finished_at__isnull=False),
-            name="task_duration",
-        ),
-    ]
+# The search's icontains is UPPER(column) LIKE UPPER(pattern) on PostgreSQL: the trigram
+# indexes are on the same expression. Written as SQL: Django builds an operator class on an
+# expression only with django.contrib.postgres installed, whose connection hooks the project
+# does not need (and which held up the task-change notifications' LISTEN connection).
+TRIGRAM_INDEXES = {
+    "task_key_trgm": "idempotency_key",
+    "task_message_trgm": "status_message",
+}
+
+
+def duration_index():
+    # The list's sort key (tasks_app.listing), finished tasks only (a running task has none).
+    return models.Index(
+        ExpressionWrapper(F("finished_at") - F("created_at"), output_field=DurationField()).desc(),
+        F("id").desc(),
+        condition=Q(finished_at__isnull=False),
+        name="task_duration",
+    )
 
 
 def add_postgresql_indexes(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return  # SQLite: a plain LIKE and a sort, fine at its sizes
     task = apps.get_model("tasks_app", "Task")
-    for index in postgresql_indexes():
-        schema_editor.add_index(task, index)
+    for name, column in TRIGRAM_INDEXES.items():
+        schema_editor.execute(
+            f'CREATE INDEX "{name}" ON "tasks_app_task" USING gin ((UPPER("{column}")) gin_trgm_ops)'
+        )
+    schema_editor.add_index(task, duration_index())
 
 
 def remove_postgresql_indexes(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
     task = apps.get_model("tasks_app", "Task")
-    for index in postgresql_indexes():
-        schema_editor.remove_index(task, index)
+    for name in TRIGRAM_INDEXES:
+        schema_editor.execute(f'DROP INDEX IF EXISTS "{name}"')
+    schema_editor.remove_index(task, duration_index())
 
 
 def mark_tool_errors(apps, schema_editor):

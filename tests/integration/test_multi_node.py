@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from celery import Celery
+from django.conf import settings
 from prometheus_client.parser import text_string_to_metric_families
 
 from tasks_app.models import Status, Task
@@ -118,7 +119,16 @@ def test_keyed_calls_survive_a_killed_worker_and_a_stopped_web(  # type: ignore[
     stack = LiveStack(
         env={
             "CELERY_BROKER_URL": broker_url,
-            "WEB_THREADS": "2",
+            # The keyed calls wait for their results (held work): CLIENT_THREADS of them at
+            # once from one client, over two web processes, each with its two
+            # TASKDESK_RESERVED_THREADS for quick requests beside them.
+            "WEB_THREADS": str(CLIENT_THREADS // 2 + 2),
+            "TASKDESK_SYNC_CONCURRENCY": str(CLIENT_THREADS // 2),
+            "TASKDESK_SYNC_PER_CLIENT": str(CLIENT_THREADS),
+            # The shared cache this test process made (its Redis, or the database cache whose
+            # table the test database has): an AMQP broker alone would mean a database cache
+            # whose table this test database, made for the Redis settings, does not have.
+            "TASKDESK_CACHE_URL": settings.TASKDESK_CACHE_URL,
             # A message the killed worker had taken but not acknowledged: published again
             # soon (its record stays unconsumed), not after the default two minutes.
             "TASKDESK_DISPATCH_REPUBLISH_SECONDS": "5",

@@ -240,20 +240,26 @@ class TaskContext(ToolContext):
                 return
             with transaction.atomic():
                 task = self.owned_task()  # the fence: a leg that lost its lease does nothing
-                leases.release(task.pk, self.owner, self.leg)
-                event(
-                    task,
-                    EventKind.LEG_SUSPENDED,
-                    actor_type=Actor.WORKER,
-                    actor=self.owner,
-                    leg=self.leg,
-                    reason="tenant_share",
-                )
+                self._stop_leg(task, reason="tenant_share")
                 dispatch.enqueue(task, reason="tenant_share")
         log.info(
             "leg gave way task=%s leg=%s: its tenant is over its share", self.task_id, self.leg
         )
         raise Yielded("gave its worker to another tenant's waiting task")
+
+    def _stop_leg(self, task: Task, **detail: Any) -> None:
+        """Give this leg's lease up and record why the leg stopped before its task's end
+        (``leg_suspended`` with DETAIL), inside the caller's transaction, which has checked
+        the fence (``owned_task``)."""
+        leases.release(task.pk, self.owner, self.leg)
+        event(
+            task,
+            EventKind.LEG_SUSPENDED,
+            actor_type=Actor.WORKER,
+            actor=self.owner,
+            leg=self.leg,
+            **detail,
+        )
 
     def forbid_in_effect(self, call: str) -> None:
         if self.effect_in_flight is not None:
@@ -402,15 +408,7 @@ class TaskContext(ToolContext):
                 transitions.set_status_message(
                     task_id=task.pk, message=f"Waiting for an operator in the inbox: {first}"
                 )
-            leases.release(task.pk, self.owner, self.leg)
-            event(
-                task,
-                EventKind.LEG_SUSPENDED,
-                actor_type=Actor.WORKER,
-                actor=self.owner,
-                leg=self.leg,
-                waiting_for=[key for key, _ in new] + unanswered,
-            )
+            self._stop_leg(task, waiting_for=[key for key, _ in new] + unanswered)
         self.journal.extend(entries)
         raise Suspended(f"waiting for {len(pending)} answer(s)")
 
@@ -528,13 +526,8 @@ class TaskContext(ToolContext):
             if task.cancel_requested_at is not None:
                 raise Cancelled(f"cancellation of task {self.task_id} was requested")
             transitions.set_status_message(task_id=task.pk, message=message)
-            leases.release(task.pk, self.owner, self.leg)
-            event(
+            self._stop_leg(
                 task,
-                EventKind.LEG_SUSPENDED,
-                actor_type=Actor.WORKER,
-                actor=self.owner,
-                leg=self.leg,
                 retry=name,
                 attempt=attempt,
                 of=total,

@@ -52,6 +52,33 @@ class TenantScoped(admin.ModelAdmin[Any]):
         return super().formfield_for_foreignkey(db_field, request, **kwargs)
 
 
+class ShownOnce(TenantScoped):
+    """Adding a row makes a secret that is shown this once, on the page that answers the add
+    (SHOWN_ONCE_TEMPLATE, given the row, a TITLE and the secret); ``save_model`` hands it to
+    ``show_once``."""
+
+    shown_once_template = ""
+
+    def show_once(self, request: HttpRequest, secret: str) -> None:
+        request.shown_once = secret  # type: ignore[attr-defined]
+
+    def shown_once_title(self, obj: Any) -> str:
+        raise NotImplementedError
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
+        secret = getattr(request, "shown_once", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": self.shown_once_title(obj),
+            "secret": secret,
+            "row": obj,
+        }
+        return TemplateResponse(request, self.shown_once_template, context)
+
+
 class History:
     """Read-only: rows that change only through transitions."""
 
@@ -101,8 +128,9 @@ class ClientAdmin(TenantScoped):
 
 
 @admin.register(ClientToken)
-class ClientTokenAdmin(TenantScoped):
+class ClientTokenAdmin(ShownOnce):
     tenant_path = "client__tenant"
+    shown_once_template = "admin/tasks_app/clienttoken/issued.html"
     list_display = ["prefix", "client", "created_at", "revoked_at"]
     readonly_fields = ["token_hash", "prefix", "client", "created_at"]
 
@@ -121,22 +149,11 @@ class ClientTokenAdmin(TenantScoped):
 
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change:
-            # Shown once, on the page that answers this request (``response_add``).
-            request.new_client_token = tokens.fill(obj)  # type: ignore[attr-defined]
+            self.show_once(request, tokens.fill(obj))
         super().save_model(request, obj, form, change)
 
-    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
-        token = getattr(request, "new_client_token", None)
-        if token is None:
-            return super().response_add(request, obj, post_url_continue)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": f"New token of {obj.client}",
-            "token": token,
-            "row": obj,
-        }
-        return TemplateResponse(request, "admin/tasks_app/clienttoken/issued.html", context)
+    def shown_once_title(self, obj: Any) -> str:
+        return f"New token of {obj.client}"
 
 
 class EventInline(History, admin.TabularInline[TaskEvent, Task]):
@@ -235,13 +252,14 @@ class WebhookEndpointForm(forms.ModelForm[WebhookEndpoint]):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(TenantScoped):
+class WebhookEndpointAdmin(ShownOnce):
     """A client's webhook endpoints. The secret is made on saving a new one and shown once;
     an endpoint disabled after failing for the retry window shows here as such (enable it
     again once the receiver works)."""
 
     form = WebhookEndpointForm
     tenant_path = "client__tenant"
+    shown_once_template = "admin/tasks_app/webhookendpoint/registered.html"
     list_display = ["url", "client", "enabled", "failing_since", "disabled_at", "created_at"]
     list_filter = ["enabled"]
     readonly_fields = ["failing_since", "disabled_at", "disabled_reason", "created_at"]
@@ -249,21 +267,11 @@ class WebhookEndpointAdmin(TenantScoped):
     def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
         if not change:
             obj.secret = webhooks.new_secret()
-            request.new_webhook_secret = obj.secret  # type: ignore[attr-defined]
+            self.show_once(request, obj.secret)
         elif "enabled" in form.changed_data and obj.enabled:
             obj.failing_since = obj.disabled_at = None
             obj.disabled_reason = ""
         super().save_model(request, obj, form, change)
 
-    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
-        secret = getattr(request, "new_webhook_secret", None)
-        if secret is None:
-            return super().response_add(request, obj, post_url_continue)
-        context = {
-            **self.admin_site.each_context(request),
-            "opts": self.opts,
-            "title": f"Webhook endpoint of {obj.client}",
-            "secret": secret,
-            "row": obj,
-        }
-        return TemplateResponse(request, "admin/tasks_app/webhookendpoint/registered.html", context)
+    def shown_once_title(self, obj: Any) -> str:
+        return f"Webhook endpoint of {obj.client}"

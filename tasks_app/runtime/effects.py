@@ -397,7 +397,8 @@ class EffectScope(EffectHandle):
             if changed:
                 self._event(Task(id=row.task_id), kind, state=state, **event_detail)
                 if state == EffectState.UNKNOWN:
-                    outbox.write_for_task(row.task_id, kind, detail=self._effect_facts(), now=now)
+                    facts = _webhook_detail(self.name, row.seq, row.downstream_key)
+                    outbox.write_for_task(row.task_id, kind, detail=facts, now=now)
         if changed:
             row.state, row.detail = state, new_detail
         else:
@@ -417,10 +418,6 @@ class EffectScope(EffectHandle):
             leg=self.ctx.leg,
             **detail,
         )
-
-    def _effect_facts(self) -> dict[str, Any]:
-        assert self.row is not None
-        return {"effect": {"name": self.name, "seq": self.row.seq, "key": self.row.downstream_key}}
 
     def _register_compensation(self) -> None:
         if self.compensate is not None and self.row is not None:
@@ -521,6 +518,11 @@ def reconcile_effect(
     return effect
 
 
+def _webhook_detail(name: str, seq: int, key: str) -> dict[str, Any]:
+    """What an ``effect.unknown`` webhook says of its effect, beside the task."""
+    return {"effect": {"name": name, "seq": seq, "key": key}}
+
+
 def strand_intended_of_finished(*, now: datetime | None = None, limit: int = 1000) -> int:
     """Mark ``unknown`` the effects still ``intended`` on finished, unleased tasks past their
     purge moment: the leg that ran them stopped (or was refused its write) before recording
@@ -546,6 +548,6 @@ def strand_intended_of_finished(*, now: datetime | None = None, limit: int = 100
                       state=EffectState.UNKNOWN,
                       reason="its task ended before the outcome was recorded")  # fmt: skip
                 outbox.write_for_task(task_id, EventKind.EFFECT_UNKNOWN, now=now,
-                                      detail={"effect": {"name": name, "seq": seq, "key": key}})  # fmt: skip
+                                      detail=_webhook_detail(name, seq, key))  # fmt: skip
                 marked += 1
     return marked

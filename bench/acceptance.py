@@ -381,7 +381,8 @@ def open_session(url: str, token: str) -> str:
 def render(results: list[Figures], machine: str, workers: int) -> str:
     lines = [
         f"Machine: {machine}.",
-        f"Web: gunicorn, config/gunicorn.conf.py ({workers} gthread workers x 4 threads), "
+        f"Web: gunicorn, config/gunicorn.conf.py ({workers} web processes x the shipped "
+        "WEB_THREADS, 8, with config/web_worker.py), "
         f"PostgreSQL and Redis on the same machine; wrk -t2 -c{CONNECTIONS} -d{SECONDS}s "
         "on the same machine. No Celery worker consumes during the run.",
         "",

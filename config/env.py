@@ -2,7 +2,8 @@
 is malformed.
 
 Every variable is read through one of the ``env_*`` helpers (config/settings.py, and
-config/gunicorn.conf.py for gunicorn's own). A malformed value raises ImproperlyConfigured
+config/gunicorn.conf.py and config/web_worker.py for gunicorn's own; free-form text such as
+``WEB_ACCESS_LOG`` is read as it is). A malformed value raises ImproperlyConfigured
 with a one-line message that names the variable, its value (secrets are not shown, and the
 password of a URL is masked) and what the variable accepts.
 

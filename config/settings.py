@@ -680,8 +680,9 @@ TASKDESK_LOG_EVERY_TASK = env_bool("TASKDESK_LOG_EVERY_TASK", False)
 # Celery's own line per job received and succeeded names only its message id, so it is
 # kept for LOG_LEVEL=DEBUG. A job that fails is still logged (ERROR).
 _CELERY_JOB_LOG_LEVEL = "DEBUG" if LOG_LEVEL == "DEBUG" else "WARNING"
-# Beat writes an INFO line for every periodic job it sends: 30 a minute with the default
-# intervals, which in `make run`'s output buried the start-up banner within two minutes.
+# Beat writes an INFO line for every periodic job it sends: about 60 a minute with the default
+# intervals (30 of them the webhook job's), which in `make run`'s output buried the start-up
+# banner within a minute or two.
 # So its lines are WARNING and above (or LOG_LEVEL, when that is DEBUG, ERROR or CRITICAL);
 # BEAT_LOG_LEVEL=INFO shows every job it sends.
 BEAT_LOG_LEVEL = env_choice(

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import re
 import selectors
 import time
@@ -30,6 +29,8 @@ from typing import Any
 
 from gunicorn.http2 import negotiation  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
+
+from config.env import env_float
 
 #: Read at most this much per request in the poller (headers plus a small body).
 MAX_BUFFERED_BODY = 1024 * 1024
@@ -40,8 +41,10 @@ _BODY_LATER = re.compile(rb"(?im)^(transfer-encoding|expect)[ \t]*:")
 
 
 def header_timeout() -> float:
-    raw = os.environ.get("TASKDESK_HEADER_TIMEOUT_SECONDS", "").strip()
-    return max(0.1, float(raw)) if raw else 10.0
+    """``TASKDESK_HEADER_TIMEOUT_SECONDS``, at least 0.1 s; a malformed value raises
+    ImproperlyConfigured naming it (config/env.py), which gunicorn's master reports in one
+    line (config/gunicorn.conf.py reads it before any web process starts)."""
+    return max(0.1, env_float("TASKDESK_HEADER_TIMEOUT_SECONDS", 10.0))
 
 
 def request_complete(data: bytes, limit: int) -> bool:

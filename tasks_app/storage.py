@@ -18,8 +18,8 @@ client, kept in the shared cache for that long, and each web process trusts what
 ``MEMO_SECONDS`` more, adding the arguments it accepted itself. An accept therefore costs no
 lock and, most of the time, no round trip at all. A count reads every kept task of the
 client, once per client per recount period for all the processes together, in the request
-that found no figure (a quarter of a second for a million kept tasks on PostgreSQL,
-measured). The purge forgets the figures of the clients it purged, so freed room is seen at
+that found no figure (one ``sum``; its cost grows with the client's kept tasks, and no
+benchmark of it is recorded). The purge forgets the figures of the clients it purged, so freed room is seen at
 once.
 
 The price is slack: the check is eventually consistent. A client can pass its quota by what

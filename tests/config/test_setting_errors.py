@@ -148,6 +148,11 @@ def test_a_well_formed_environment_passes(tmp_path) -> None:  # type: ignore[no-
         ("WEB_WORKERS", "0", "WEB_WORKERS must be at least 1, not '0'"),
         ("DEBUG", "maybe", "DEBUG must be a boolean"),
         ("DATABASE_URL", "postgres://u:s3cret@h:x/db", "DATABASE_URL must be a postgres://"),
+        (
+            "TASKDESK_HEADER_TIMEOUT_SECONDS",
+            "abc",
+            "TASKDESK_HEADER_TIMEOUT_SECONDS must be a number, not 'abc'",
+        ),
     ],
 )
 def test_gunicorn_ends_before_any_web_process_with_one_line(tmp_path, name, value, line) -> None:  # type: ignore[no-untyped-def]

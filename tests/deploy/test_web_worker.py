@@ -36,3 +36,13 @@ def test_the_header_timeout_comes_from_the_environment(monkeypatch) -> None:  # 
     assert header_timeout() == 10.0
     monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "2.5")
     assert header_timeout() == 2.5
+
+
+def test_a_malformed_header_timeout_is_refused_naming_the_variable(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    from django.core.exceptions import ImproperlyConfigured
+
+    monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "abc")
+    with pytest.raises(ImproperlyConfigured, match="TASKDESK_HEADER_TIMEOUT_SECONDS"):
+        header_timeout()
+    monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "0")
+    assert header_timeout() == 0.1  # as before: at least 0.1 s

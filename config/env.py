@@ -2,9 +2,9 @@
 is malformed.
 
 Every variable is read through one of the ``env_*`` helpers (config/settings.py, and
-config/gunicorn.conf.py for gunicorn's own). A malformed value raises ImproperlyConfigured
-with a one-line message that names the variable, its value (secrets are not shown, and the
-password of a URL is masked) and what the variable accepts.
+config/gunicorn.conf.py and config/web_worker.py for gunicorn's own). A malformed value
+raises ImproperlyConfigured with a one-line message that names the variable, its value
+(secrets are not shown, and the password of a URL is masked) and what the variable accepts.
 
 The entry points turn it into that one line on standard error (``one_line``), and exit
 status 1, instead of a traceback through Django's and Celery's start-up: manage.py (for what

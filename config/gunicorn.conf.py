@@ -11,6 +11,7 @@ from typing import Any
 from django.conf import settings
 
 from config.env import env_int, load_settings, settings_errors_end_the_process
+from config.web_worker import header_timeout
 
 # The master loads Django's settings before it starts a web process: a malformed setting
 # ends gunicorn here with one line naming it (config/env.py), rather than every web process
@@ -26,6 +27,7 @@ with settings_errors_end_the_process():
     # cores the Celery worker, PostgreSQL and Redis want their share; more processes only
     # cost memory (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
     workers = env_int("WEB_WORKERS", max(2, multiprocessing.cpu_count()), minimum=1)
+    header_timeout()  # read by each web process (config/web_worker.py); checked here first
 # Threads keep a streaming (SSE) response from blocking a whole worker process. Of these,
 # TASKDESK_RESERVED_THREADS (2) are never taken by held work (streams, synchronous runs,
 # waits: tasks_app/mcp/limits.py), so quick requests always find one (config/settings.py).

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import os
 import re
 import selectors
 import time
@@ -30,6 +29,8 @@ from typing import Any
 
 from gunicorn.http2 import negotiation  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
+
+from config.env import env_float
 
 #: Read at most this much per request in the poller (headers plus a small body).
 MAX_BUFFERED_BODY = 1024 * 1024
@@ -40,8 +41,9 @@ _BODY_LATER = re.compile(rb"(?im)^(transfer-encoding|expect)[ \t]*:")
 
 
 def header_timeout() -> float:
-    raw = os.environ.get("TASKDESK_HEADER_TIMEOUT_SECONDS", "").strip()
-    return max(0.1, float(raw)) if raw else 10.0
+    """``TASKDESK_HEADER_TIMEOUT_SECONDS``; the gunicorn master reads it first, so a malformed
+    value ends gunicorn with one line before any web process starts (config/gunicorn.conf.py)."""
+    return env_float("TASKDESK_HEADER_TIMEOUT_SECONDS", 10.0, minimum=0.1)
 
 
 def request_complete(data: bytes, limit: int) -> bool:

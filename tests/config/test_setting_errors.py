@@ -146,6 +146,11 @@ def test_a_well_formed_environment_passes(tmp_path) -> None:  # type: ignore[no-
     [
         ("WEB_THREADS", "abc", "WEB_THREADS must be an integer of at least 1, not 'abc'"),
         ("WEB_WORKERS", "0", "WEB_WORKERS must be at least 1, not '0'"),
+        (
+            "TASKDESK_HEADER_TIMEOUT_SECONDS",
+            "soon",
+            "TASKDESK_HEADER_TIMEOUT_SECONDS must be a number of at least 0.1, not 'soon'",
+        ),
         ("DEBUG", "maybe", "DEBUG must be a boolean"),
         ("DATABASE_URL", "postgres://u:s3cret@h:x/db", "DATABASE_URL must be a postgres://"),
     ],

@@ -5,6 +5,7 @@ Slow clients against live processes: tests/integration/test_web_tier.py."""
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from config.web_worker import MAX_BUFFERED_BODY, header_timeout, request_complete
 
@@ -36,3 +37,9 @@ def test_the_header_timeout_comes_from_the_environment(monkeypatch) -> None:  # 
     assert header_timeout() == 10.0
     monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "2.5")
     assert header_timeout() == 2.5
+
+
+def test_a_malformed_header_timeout_names_the_variable(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "soon")
+    with pytest.raises(ImproperlyConfigured, match="TASKDESK_HEADER_TIMEOUT_SECONDS must be"):
+        header_timeout()

@@ -530,9 +530,7 @@ TASKDESK_ANONYMOUS_CLIENT = env_str("TASKDESK_ANONYMOUS_CLIENT") or None
 TASKDESK_TOKEN_CACHE_SECONDS = env_float("TASKDESK_TOKEN_CACHE_SECONDS", 5.0, minimum=0)
 TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # How deep a JSON-RPC message may nest (objects and arrays); deeper is refused with 400.
-TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8)
-if TASKDESK_MAX_JSON_DEPTH > 200:
-    raise ImproperlyConfigured("TASKDESK_MAX_JSON_DEPTH must be at most 200")
+TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8, maximum=200)
 # The 2026-07-28 wire: a tasks/get, tasks/update or tasks/cancel without the Mcp-Name routing
 # header is served from its params.taskId (and counted); on, it is refused with -32020. A
 # header that disagrees with the body is refused either way.

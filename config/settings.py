@@ -61,8 +61,8 @@ def _private_sqlite(path: Path) -> None:
     """Make the SQLite database at PATH owner-only (0600), creating it empty if need be: it
     holds session keys and password hashes. SQLite gives its -wal and -shm files the
     database's mode; ones an earlier version left readable are narrowed too."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
+    with contextlib.suppress(FileExistsError):  # an existing one is not opened here
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         with contextlib.suppress(FileNotFoundError, PermissionError):  # another owner's: as is
             if file.stat().st_mode & 0o077:

@@ -61,8 +61,8 @@ def _private_sqlite(path: Path) -> None:
     """Make the SQLite database at PATH owner-only (0600), creating it empty if need be: it
     holds session keys and password hashes. SQLite gives its -wal and -shm files the
     database's mode; ones an earlier version left readable are narrowed too."""
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
-    os.close(fd)
+    with contextlib.suppress(FileExistsError):  # an existing one is not opened here
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
     for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
         with contextlib.suppress(FileNotFoundError, PermissionError):  # another owner's: as is
             if file.stat().st_mode & 0o077:
@@ -530,9 +530,7 @@ TASKDESK_ANONYMOUS_CLIENT = env_str("TASKDESK_ANONYMOUS_CLIENT") or None
 TASKDESK_TOKEN_CACHE_SECONDS = env_float("TASKDESK_TOKEN_CACHE_SECONDS", 5.0, minimum=0)
 TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # How deep a JSON-RPC message may nest (objects and arrays); deeper is refused with 400.
-TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8)
-if TASKDESK_MAX_JSON_DEPTH > 200:
-    raise ImproperlyConfigured("TASKDESK_MAX_JSON_DEPTH must be at most 200")
+TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8, maximum=200)
 # The 2026-07-28 wire: a tasks/get, tasks/update or tasks/cancel without the Mcp-Name routing
 # header is served from its params.taskId (and counted); on, it is refused with -32020. A
 # header that disagrees with the body is refused either way.

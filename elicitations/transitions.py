@@ -236,10 +236,9 @@ def _refusal(
             return "URL-mode questions are answered in the MCP client"
         if user is None or not user.is_active:
             return "no operator"
-        if (
-            not getattr(user, "is_superuser", False)
-            and not task.client.tenant.members.filter(pk=user.pk).exists()
-        ):
+        # The roles are read once per request (operators.roles_of), and again by may below.
+        superuser = getattr(user, "is_superuser", False)
+        if not superuser and task.client.tenant_id not in operators.roles_of(user):
             return "the operator is not a member of the task's tenant"
         if not operators.may(user, operators.ANSWER_QUESTIONS, task.client.tenant_id):
             return "the operator's role may not answer questions"

@@ -200,6 +200,46 @@ def handshake_headers(
     }
 
 
+class HandshakeSession:
+    """One client's session over raw HTTP on the handshake wire (``connect`` opens it)."""
+
+    def __init__(self, url: str, token: str) -> None:
+        self.url = url
+        self.token = token
+        self.session: str | None = None
+
+    def post(self, body: dict[str, Any], timeout: float = 60, **extra: str) -> httpx.Response:
+        headers = {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Authorization": f"Bearer {self.token}",
+            **extra,
+        }
+        if self.session is not None:
+            headers[SESSION_HEADER] = self.session
+            headers["MCP-Protocol-Version"] = HANDSHAKE_VERSION
+        return httpx.post(self.url, content=json.dumps(body), headers=headers, timeout=timeout)
+
+    def connect(self, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Initialize a session whose client declares CAPABILITIES (by default elicitation);
+        return the initialize result."""
+        self.session = None
+        response = self.post(initialize(capabilities=capabilities))
+        assert response.status_code == 200, response.text
+        self.session = response.headers[SESSION_HEADER]
+        assert (
+            self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
+        )
+        return dict(response.json()["result"])
+
+    def call(
+        self, method: str, params: dict[str, Any] | None = None, **extra: str
+    ) -> dict[str, Any]:
+        response = self.post(rpc(method, params), **extra)
+        assert response.status_code == 200, response.text
+        return json_of(response)
+
+
 def json_of(response: Any) -> dict[str, Any]:
     """The one JSON-RPC message of a response, JSON or event stream."""
     if response.headers.get("Content-Type", "").startswith("text/event-stream"):

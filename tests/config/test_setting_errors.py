@@ -4,40 +4,14 @@ accepts, and a non-zero status: no traceback."""
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.config.test_settings import run
 from tests.live import BIN, free_port
-
-ROOT = Path(__file__).resolve().parents[2]
-
-# Variables `make` or the test run export that would mask or shape the ones a test sets.
-_INHERITED = {
-    "DATABASE_URL",
-    "CELERY_BROKER_URL",
-    "HOST",
-    "PORT",
-    "TASKDESK_PORT",
-    "PROMETHEUS_MULTIPROC_DIR",
-    "LOG_FORMAT",
-    "LOG_LEVEL",
-    "BEAT_LOG_LEVEL",
-    "DJANGO_SETTINGS_MODULE",
-}
-
-
-def run(
-    args: list[str], env: dict[str, str], tmp_path: Path, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    full_env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
-    full_env |= {"TASKDESK_VAR_DIR": str(tmp_path), **env}
-    return subprocess.run(
-        args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
-    )
 
 
 def manage(env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -13,7 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-# Variables `make` exports that would mask the ones a test sets.
+# Variables `make` or the test run export that would mask or shape the ones a test sets.
 _INHERITED = {
     "DATABASE_URL",
     "CELERY_BROKER_URL",
@@ -24,24 +24,25 @@ _INHERITED = {
     "LOG_FORMAT",
     "LOG_LEVEL",
     "BEAT_LOG_LEVEL",
+    "DJANGO_SETTINGS_MODULE",
 }
 
 
-def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+def run(
+    args: list[str], env: dict[str, str], var: Path, timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
+    """Run ARGS in the project's folder with this environment less _INHERITED, VAR as
+    TASKDESK_VAR_DIR, and ENV."""
     full_env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
-    full_env.update(
-        {"TASKDESK_VAR_DIR": str(tmp_path), "DJANGO_SETTINGS_MODULE": "config.settings"}
-    )
-    full_env.update(env)
+    full_env |= {"TASKDESK_VAR_DIR": str(var), **env}
     return subprocess.run(
-        [sys.executable, "-c", f"import django; django.setup(); {code}"],
-        cwd=ROOT,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
+        args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
     )
+
+
+def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    program = [sys.executable, "-c", f"import django; django.setup(); {code}"]
+    return run(program, {"DJANGO_SETTINGS_MODULE": "config.settings", **env}, tmp_path)
 
 
 @pytest.mark.parametrize(

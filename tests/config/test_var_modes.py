@@ -9,23 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tests.config.test_settings import _INHERITED, ROOT
+from tests.config.test_settings import run
 
 
 def manage(var: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
-    env.update({"TASKDESK_VAR_DIR": str(var), "DJANGO_SETTINGS_MODULE": "config.settings"})
-    env.pop("SECRET_KEY", None)
-    env.pop("SECRET_KEY_FILE", None)
-    return subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    """``manage.py ARGS`` with VAR as TASKDESK_VAR_DIR and the secret key generated there."""
+    no_key = {"SECRET_KEY": "", "SECRET_KEY_FILE": ""}
+    return run([sys.executable, "manage.py", *args], no_key, var, timeout=300)
 
 
 def mode(path: Path) -> int:

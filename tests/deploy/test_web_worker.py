@@ -5,6 +5,7 @@ Slow clients against live processes: tests/integration/test_web_tier.py."""
 from __future__ import annotations
 
 import pytest
+from django.core.exceptions import ImproperlyConfigured
 
 from config.web_worker import MAX_BUFFERED_BODY, header_timeout, request_complete
 
@@ -39,10 +40,16 @@ def test_the_header_timeout_comes_from_the_environment(monkeypatch) -> None:  # 
 
 
 def test_a_malformed_header_timeout_is_refused_naming_the_variable(monkeypatch) -> None:  # type: ignore[no-untyped-def]
-    from django.core.exceptions import ImproperlyConfigured
-
     monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "abc")
     with pytest.raises(ImproperlyConfigured, match="TASKDESK_HEADER_TIMEOUT_SECONDS"):
         header_timeout()
     monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "0")
     assert header_timeout() == 0.1  # as before: at least 0.1 s
+
+
+def test_a_malformed_header_timeout_names_the_variable(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("TASKDESK_HEADER_TIMEOUT_SECONDS", "soon")
+    with pytest.raises(
+        ImproperlyConfigured, match="TASKDESK_HEADER_TIMEOUT_SECONDS must be a number"
+    ):
+        header_timeout()

@@ -7,9 +7,6 @@ Runs on the database of the run: CI runs it on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import json
-from typing import Any
-
 import httpx
 import pytest
 
@@ -19,9 +16,8 @@ from tests.wire import (
     RELATED_TASK,
     REPLAYED_META,
     SESSION_HEADER,
-    initialize,
+    HandshakeSession,
     rpc,
-    sse_messages,
 )
 
 pytestmark = pytest.mark.live
@@ -29,51 +25,11 @@ pytestmark = pytest.mark.live
 EXPORT = {"quarter": "Q2", "format": "json", "rows": 200}
 
 
-class Wire:
-    """One client's raw HTTP on the handshake wire."""
-
-    def __init__(self, url: str, token: str) -> None:
-        self.url = url
-        self.token = token
-        self.session: str | None = None
-
-    def post(self, body: dict[str, Any], timeout: float = 60, **extra: str) -> httpx.Response:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            "Authorization": f"Bearer {self.token}",
-            **extra,
-        }
-        if self.session is not None:
-            headers[SESSION_HEADER] = self.session
-            headers["MCP-Protocol-Version"] = HANDSHAKE_VERSION
-        return httpx.post(self.url, content=json.dumps(body), headers=headers, timeout=timeout)
-
-    def connect(self) -> dict[str, Any]:
-        self.session = None
-        response = self.post(initialize())
-        assert response.status_code == 200, response.text
-        self.session = response.headers[SESSION_HEADER]
-        assert (
-            self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
-        )
-        return dict(response.json()["result"])
-
-    def call(
-        self, method: str, params: dict[str, Any] | None = None, **extra: str
-    ) -> dict[str, Any]:
-        response = self.post(rpc(method, params), **extra)
-        assert response.status_code == 200, response.text
-        if response.headers["Content-Type"].startswith("text/event-stream"):
-            return sse_messages(response)[-1]
-        return dict(response.json())
-
-
 def test_a_task_from_initialize_to_cancel(live, alice_token, bob_token) -> None:  # type: ignore[no-untyped-def]
-    alice = Wire(live.mcp_url, alice_token)
+    alice = HandshakeSession(live.mcp_url, alice_token)
     assert alice.connect()["protocolVersion"] == HANDSHAKE_VERSION
     # Bob has a task of his own, which alice must never see.
-    bob = Wire(live.mcp_url, bob_token)
+    bob = HandshakeSession(live.mcp_url, bob_token)
     bob.connect()
     params = {"name": "export_report", "arguments": EXPORT, "task": {"ttl": 60000}}
     bobs = bob.call("tools/call", params, **{"Idempotency-Key": "bob-q2"})["result"]["task"]
@@ -140,13 +96,13 @@ def test_held_get_streams_hold_no_database_connection(transactional_db, alice_to
     with live_stack(env=env, worker=False, beat=False) as stack:
         wires = []
         for _ in range(streams):
-            wire = Wire(stack.mcp_url, alice_token)
+            wire = HandshakeSession(stack.mcp_url, alice_token)
             wire.connect()
             wires.append(wire)
         before = connections()
         opened, stop = threading.Semaphore(0), threading.Event()
 
-        def hold(wire: Wire) -> None:
+        def hold(wire: HandshakeSession) -> None:
             headers = {
                 "Authorization": f"Bearer {wire.token}",
                 "Accept": "text/event-stream",

@@ -12,7 +12,6 @@ Runs on the database of the run: CI runs it on SQLite and on PostgreSQL.
 
 from __future__ import annotations
 
-import json
 from datetime import timedelta
 from typing import Any
 
@@ -24,13 +23,9 @@ from elicitations.models import InputRequest
 from tasks_app.models import Status, Task
 from tests.live import LiveStack, wait_for
 from tests.wire import (
-    HANDSHAKE_VERSION,
-    SESSION_HEADER,
-    initialize,
-    json_of,
+    HandshakeSession,
     post,
     result_of,
-    rpc,
     tasks_get,
     tools_call,
     wait_terminal,
@@ -60,37 +55,6 @@ def operator(operator, settings):  # type: ignore[no-untyped-def]
     operator.set_password(PASSWORD)
     operator.save(update_fields=["password"])
     return operator
-
-
-class Session:
-    """A 2025-11-25 session over raw HTTP whose ``initialize`` declared CAPABILITIES."""
-
-    def __init__(self, url: str, token: str, capabilities: dict[str, Any]) -> None:
-        self.url = url
-        self.token = token
-        self.id: str | None = None
-        opened = self.post(initialize(capabilities=capabilities))
-        assert opened.status_code == 200, opened.text
-        self.id = opened.headers[SESSION_HEADER]
-        assert (
-            self.post({"jsonrpc": "2.0", "method": "notifications/initialized"}).status_code == 202
-        )
-
-    def post(self, body: dict[str, Any]) -> httpx.Response:
-        headers = {
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            "Authorization": f"Bearer {self.token}",
-        }
-        if self.id is not None:
-            headers[SESSION_HEADER] = self.id
-            headers["MCP-Protocol-Version"] = HANDSHAKE_VERSION
-        return httpx.post(self.url, content=json.dumps(body), headers=headers, timeout=30)
-
-    def call(self, method: str, params: dict[str, Any]) -> dict[str, Any]:
-        response = self.post(rpc(method, params))
-        assert response.status_code == 200, response.text
-        return json_of(response)
 
 
 def warmed_up(stack: LiveStack, token: str) -> None:
@@ -192,7 +156,8 @@ def test_a_2025_session_without_elicitation_is_never_left_waiting(
     stack, alice_token, operator
 ) -> None:
     warmed_up(stack, alice_token)
-    session = Session(stack.mcp_url, alice_token, capabilities={})
+    session = HandshakeSession(stack.mcp_url, alice_token)
+    session.connect(capabilities={})
     task = {"task": {"ttl": 60000}}
     confirm = {"name": "confirm_action", "arguments": {"action": "deploy"}, **task}
     task_id = session.call("tools/call", confirm)["result"]["task"]["taskId"]

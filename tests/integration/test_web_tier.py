@@ -35,7 +35,7 @@ from tests.live import ROOT, free_port, live_stack, stop_process, wait_for
 from tests.wire import (
     HANDSHAKE_VERSION,
     SESSION_HEADER,
-    initialize,
+    HandshakeSession,
     post,
     result_of,
     rpc,
@@ -60,18 +60,10 @@ def timed(call: Callable[[], httpx.Response]) -> tuple[float, httpx.Response]:
 
 
 def open_session(url: str, token: str) -> str:
-    headers = {
-        "Authorization": f"Bearer {token}",
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-    }
-    response = httpx.post(url, content=json.dumps(initialize()), headers=headers)
-    assert response.status_code == 200, response.text
-    session = response.headers[SESSION_HEADER]
-    headers |= {SESSION_HEADER: session, "MCP-Protocol-Version": HANDSHAKE_VERSION}
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    assert httpx.post(url, content=json.dumps(note), headers=headers).status_code == 202
-    return session
+    session = HandshakeSession(url, token)
+    session.connect()
+    assert session.session is not None
+    return session.session
 
 
 @pytest.mark.slow

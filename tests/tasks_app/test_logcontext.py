@@ -27,22 +27,24 @@ def chatty(ctx: ToolContext, rows: int) -> str:
     return "done"
 
 
-def captured(formatter: logging.Formatter) -> Iterator[io.StringIO]:
-    """Lines of the runtime's logger, through the context filter and FORMATTER, as the
+def captured(
+    formatter: logging.Formatter, name: str = "tasks_app.runtime", level: int = logging.INFO
+) -> Iterator[io.StringIO]:
+    """Lines of logger NAME from LEVEL up, through the context filter and FORMATTER, as the
     console handler of settings.LOGGING writes them."""
     stream = io.StringIO()
     handler = logging.StreamHandler(stream)
     handler.addFilter(ContextFilter())
     handler.setFormatter(formatter)
-    logger = logging.getLogger("tasks_app.runtime")
-    level = logger.level
+    logger = logging.getLogger(name)
+    was = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
+    logger.setLevel(level)
     try:
         yield stream
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(level)
+        logger.setLevel(was)
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from collections.abc import Iterator
 import pytest
 from django.conf import settings
 
-from tasks_app.logcontext import ContextFilter, TextFormatter, escaped
+from tasks_app.logcontext import TextFormatter, escaped
+from tests.tasks_app.test_logcontext import captured
 
 FORGED = "\n2026-12-04 23:59:59,000 INFO tasks_app.mcp mcp tools/call ok http=200 ms=1"
 
@@ -20,19 +21,7 @@ FORGED = "\n2026-12-04 23:59:59,000 INFO tasks_app.mcp mcp tools/call ok http=20
 def text_log() -> Iterator[io.StringIO]:
     """The MCP request log through the console handler's filter and text formatter."""
     assert settings.LOGGING["formatters"]["text"]["()"] == "tasks_app.logcontext.TextFormatter"
-    stream = io.StringIO()
-    handler = logging.StreamHandler(stream)
-    handler.addFilter(ContextFilter())
-    handler.setFormatter(TextFormatter())
-    logger = logging.getLogger("tasks_app.mcp")
-    level = logger.level
-    logger.addHandler(handler)
-    logger.setLevel(logging.DEBUG)
-    try:
-        yield stream
-    finally:
-        logger.removeHandler(handler)
-        logger.setLevel(level)
+    yield from captured(TextFormatter(), "tasks_app.mcp", logging.DEBUG)
 
 
 def test_a_method_with_a_newline_is_one_escaped_log_line(mcp, text_log) -> None:  # type: ignore[no-untyped-def]

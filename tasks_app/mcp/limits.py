@@ -81,14 +81,20 @@ def cancelled() -> McpError:
     return error
 
 
-def time_up(seconds: float, *, can_be_task: bool) -> McpError:
-    """A synchronous run stopped at its time cap (a JSON-RPC error, HTTP 200)."""
-    how = (
-        "call it again with the tasks extension declared, or with an idempotency key, so "
-        "that it runs as a task"
-        if can_be_task
-        else "this tool cannot run as a task here"
-    )
+def time_up(
+    seconds: float, *, can_be_task: bool, handshake: bool = False, by_key: bool = True
+) -> McpError:
+    """A synchronous run stopped at its time cap (a JSON-RPC error, HTTP 200). The advice
+    names how this wire asks for a task: the tasks extension declared in the request
+    (2026-07-28) or ``params.task`` (a 2025-11-25 HANDSHAKE session), or an idempotency key
+    where a keyed call waits for a task (BY_KEY)."""
+    if can_be_task:
+        way = "with params.task" if handshake else "with the tasks extension declared"
+        if by_key:
+            way += ", or with an idempotency key,"
+        how = f"call it again {way} so that it runs as a task"
+    else:
+        how = "this tool cannot run as a task here"
     error = McpError(
         f"The call ran longer than the {seconds:g} s a synchronous call may take "
         f"(TASKDESK_SYNC_MAX_SECONDS) and was stopped; {how}",

@@ -109,6 +109,21 @@ def test_a_synchronous_run_past_the_time_cap_is_stopped_with_a_clear_error(mcp, 
     assert limits.sync_slots.used == 0
 
 
+def test_on_the_handshake_wire_the_time_cap_error_names_params_task(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    # A 2025-11-25 session asks for a task with params.task, not the 2026 extension.
+    settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
+    session = Session(mcp)
+    params = {"name": "slow_echo", "arguments": {"text": "hi", "seconds": 60}}
+
+    response = session.post(rpc("tools/call", params))
+
+    error = error_of(response)
+    assert error["data"] == {"reason": "sync_time_limit", "limitSeconds": 0.3}
+    assert "call it again with params.task, or with an idempotency key," in error["message"]
+    assert "extension" not in error["message"]
+    assert limits.sync_slots.used == 0
+
+
 def test_an_escalating_tool_past_the_time_cap_becomes_a_task(mcp, settings) -> None:  # type: ignore[no-untyped-def]
     settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
     settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
@@ -128,6 +143,8 @@ def test_without_the_extension_the_same_tool_gets_the_error(mcp, settings) -> No
     error = error_of(mcp.post(body))
 
     assert error["data"]["reason"] == "sync_time_limit"
+    # A key would not make it a task either: an escalating tool runs here, keyed or not.
+    assert "idempotency key" not in error["message"]
     assert not Task.objects.exists()
 
 

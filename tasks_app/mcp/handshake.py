@@ -64,6 +64,7 @@ from tasks_app.mcp.errors import (
     MethodNotFound,
     NotAcceptable,
     from_code,
+    unexpected,
 )
 from tasks_app.mcp.handlers import discovery, handshake
 from tasks_app.mcp.headers import header, sent
@@ -420,17 +421,23 @@ def _rounds(
     # this request as much as a run does, so the slot is kept until the next round takes its
     # own (or the call ends).
     held: Callable[[], None] | None = None
+    answers: dict[str, Any] = {}
     try:
-        for _ in range(MAX_ROUNDS):
+        # The client is asked at most MAX_ROUNDS times; every run, the last one too, is run
+        # (and its slot given back) before the call ends.
+        for rounds in range(MAX_ROUNDS + 1):
             if isinstance(result, Streamed):
                 held = result.release
                 result = result.run(emit, cancelled)
             if not _input_required(result):
                 return shape(result)
+            requests = result.get("inputRequests") or {}
+            if rounds == MAX_ROUNDS:
+                raise _too_many_rounds(requests, answers)
             assert call.session is not None
             if held is None:
                 held = limits.sync_slots.take("synchronous calls", call.client.pk)
-            answers = _ask(call, result.get("inputRequests") or {}, emit, cancelled)
+            answers = _ask(call, requests, emit, cancelled)
             params = {**call.params, "inputResponses": answers}
             if result.get("requestState"):
                 params["requestState"] = result["requestState"]
@@ -438,10 +445,26 @@ def _rounds(
             held()
             held = None
             result = spec.handler(call)
-        raise InternalError(f"The call asked the client more than {MAX_ROUNDS} times")
+        raise AssertionError("unreachable: the last round returns or raises")
     finally:
         if held is not None:
             held()
+
+
+def _too_many_rounds(requests: dict[str, Any], answers: dict[str, Any]) -> McpError:
+    """The call still asks after MAX_ROUNDS rounds. When it asks again what the client just
+    answered, that answer does not fit its question (``sync._answer``): -32602 naming it.
+    Otherwise the tool keeps asking new questions, a bug of the tool (-32603 with a
+    reference to the log)."""
+    refused = [key for key in requests if key in answers]
+    if refused:
+        return InvalidParams(
+            f"The client's answer to {', '.join(refused)} does not fit what was asked, "
+            f"which was asked {MAX_ROUNDS} times: send the result its method defines (for "
+            "elicitation/create, content that fits its requestedSchema, or decline)",
+            data={"inputRequests": refused, "rounds": MAX_ROUNDS},
+        )
+    return unexpected(InternalError(f"The call asked the client more than {MAX_ROUNDS} times"))
 
 
 def _ask(

@@ -162,11 +162,6 @@ def fingerprint(tool: ToolSpec, normalized: dict[str, Any]) -> str:
     return digest({"tool": tool.name, "arguments": material})
 
 
-def json_size(value: Any) -> int:
-    """How many bytes VALUE takes as compact JSON (as it is stored, near enough)."""
-    return storage.json_bytes(value)
-
-
 def _normalize(tool: ToolSpec, arguments: object) -> dict[str, Any]:
     if not isinstance(arguments, dict):
         raise InvalidToolArguments("arguments must be a JSON object")
@@ -223,7 +218,7 @@ def _accept(
             {"reason": "idempotency_key_required"},
         )
     normalized = _normalize(tool, arguments)
-    size = json_size(normalized)
+    size = storage.json_bytes(normalized)
     if size > settings.TASKDESK_MAX_ARGUMENT_BYTES:
         raise ArgumentsTooLarge(size, settings.TASKDESK_MAX_ARGUMENT_BYTES)
     value, carrier = (key.value, key.carrier) if key else (None, None)

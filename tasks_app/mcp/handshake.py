@@ -37,7 +37,6 @@ responses; the function then runs again with them (``_rounds``).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -53,7 +52,7 @@ from rest_framework.views import APIView
 
 from elicitations import transitions as elicitation_transitions
 from elicitations.models import Channel
-from tasks_app import selectors, sessions
+from tasks_app import selectors, sessions, storage
 from tasks_app.mcp import envelope, eras, limits, session_streams, stream_slots, streaming
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.errors import (
@@ -367,7 +366,7 @@ def _check_sizes(data: dict[str, Any]) -> None:
     a ``capabilities`` or ``clientInfo`` larger than ``TASKDESK_MAX_SESSION_INFO_BYTES``."""
     limit = settings.TASKDESK_MAX_SESSION_INFO_BYTES
     for field in ("capabilities", "clientInfo"):
-        size = len(json.dumps(data[field], separators=(",", ":")).encode())
+        size = storage.json_bytes(data[field])
         if size > limit:
             raise InvalidParams(
                 f"params.{field} is {size} bytes of JSON; a session keeps at most {limit} "

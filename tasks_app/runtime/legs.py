@@ -21,7 +21,6 @@ presumed dead (and replaced) never ends a task.
 from __future__ import annotations
 
 import enum
-import json
 import logging
 import signal
 import threading
@@ -34,7 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from tasks_app import logcontext, metrics, sql, tracing, transitions
+from tasks_app import logcontext, metrics, sql, storage, tracing, transitions
 from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
@@ -268,7 +267,7 @@ def _call(ctx: TaskContext) -> Ending:
 
 
 def _completed(result: dict[str, Any]) -> Ending:
-    size = len(json.dumps(result, separators=(",", ":"), default=str).encode())
+    size = storage.json_bytes(result)
     limit = settings.TASKDESK_MAX_RESULT_BYTES
     if size > limit:
         # Not kept: the task fails, naming the limit, and its effects are undone as for any

@@ -185,14 +185,17 @@ class HandshakeEra(eras.ProtocolEra):
             data = validate(InitializeParams, params)
         except McpError as exc:
             return _rpc_error(request_id, exc)
-        _check_sizes(data)
+        # clientInfo.icons (2025-11-25 Implementation) may hold data: URIs of any size, and
+        # nothing here shows them: they are neither kept nor counted.
+        client_info = {k: v for k, v in data["clientInfo"].items() if k != "icons"}
+        _check_sizes({"capabilities": data["capabilities"], "clientInfo": client_info})
         requested = data["protocolVersion"]
         version = requested if requested in VERSIONS else LATEST
         session = sessions.open_session(
             client=client,
             protocol_version=version,
             capabilities=data["capabilities"],
-            client_info=data["clientInfo"],
+            client_info=client_info,
         )
         result = {
             "protocolVersion": version,
@@ -361,12 +364,13 @@ def _cancel(session: McpSession, params: Any) -> None:
     log.info("request %r of session %s cancelled by the client", request_id, session.pk[:8])
 
 
-def _check_sizes(data: dict[str, Any]) -> None:
+def _check_sizes(kept: dict[str, Any]) -> None:
     """A session keeps what ``initialize`` declared for its whole life: refuse (400, -32602)
-    a ``capabilities`` or ``clientInfo`` larger than ``TASKDESK_MAX_SESSION_INFO_BYTES``."""
+    a ``capabilities`` or ``clientInfo`` (as KEPT) larger than
+    ``TASKDESK_MAX_SESSION_INFO_BYTES``."""
     limit = settings.TASKDESK_MAX_SESSION_INFO_BYTES
-    for field in ("capabilities", "clientInfo"):
-        size = storage.json_bytes(data[field])
+    for field, value in kept.items():
+        size = storage.json_bytes(value)
         if size > limit:
             raise InvalidParams(
                 f"params.{field} is {size} bytes of JSON; a session keeps at most {limit} "

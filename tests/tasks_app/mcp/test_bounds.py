@@ -140,6 +140,18 @@ def test_initialize_refuses_capabilities_or_client_info_over_the_size_cap(mcp, s
     assert _initialize(mcp, capabilities=fits).status_code == 200
 
 
+def test_initialize_keeps_client_info_without_its_icons(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    # An icon may be a data: URI of any size (2025-11-25 Implementation.icons): not kept, so
+    # a client with a large one still connects.
+    settings.TASKDESK_MAX_SESSION_INFO_BYTES = 16 * 1024
+    icon = {"src": "data:image/png;base64," + "A" * (64 * 1024), "mimeType": "image/png"}
+    info = {"name": "desk-client", "version": "1.0", "icons": [icon]}
+    response = _initialize(mcp, clientInfo=info)
+    assert response.status_code == 200, response.content
+    session = McpSession.objects.get(pk=response[SESSION_HEADER])
+    assert session.client_info == {"name": "desk-client", "version": "1.0"}
+
+
 def _stored_bytes() -> int:
     tables = [McpSession._meta.db_table, McpReply._meta.db_table]
     with connection.cursor() as cursor:

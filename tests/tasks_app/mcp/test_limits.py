@@ -257,3 +257,29 @@ def test_a_call_that_asks_the_client_holds_its_slot_while_it_waits(
 
     assert b"ada@example.com" in rest
     assert limits.sync_slots.used == 0
+
+
+def test_a_client_slot_is_found_without_trying_the_slots_this_process_holds(
+    settings, monkeypatch
+) -> None:
+    held = [client_slots.take("sync", 9, 4) for _ in range(3)]
+    tried: list[str] = []
+    shared = client_slots.cache
+
+    class Counting:
+        def add(self, key, *args, **kwargs):  # type: ignore[no-untyped-def]
+            tried.append(key)
+            return shared.add(key, *args, **kwargs)
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(shared, name)
+
+    monkeypatch.setattr(client_slots, "cache", Counting())
+    fourth = client_slots.take("sync", 9, 4)
+    assert fourth is not None and fourth.key == "held:sync:9:3"
+    assert tried == ["held:sync:9:3"]
+    assert client_slots.take("sync", 9, 4) is None  # all four are taken
+    for lease in [*held, fourth]:
+        assert lease is not None
+        lease.close()
+    assert client_slots.taken("sync", 9, 4) == 0

@@ -48,7 +48,8 @@ class Lease:
         if self.key is None:
             return
         with _lock:
-            _leases.pop(self.key, None)
+            if _leases.get(self.key) == self.token:  # not a later holder's, after this ran out
+                del _leases[self.key]
         try:
             if cache.get(self.key) == self.token:
                 cache.delete(self.key)

@@ -283,3 +283,18 @@ def test_a_client_slot_is_found_without_trying_the_slots_this_process_holds(
         assert lease is not None
         lease.close()
     assert client_slots.taken("sync", 9, 4) == 0
+
+
+def test_a_lease_that_ran_out_given_back_late_leaves_the_new_holder_renewed() -> None:
+    first = client_slots.take("stream", 8, 1)
+    assert first is not None and first.key is not None
+    client_slots.cache.delete(first.key)  # it ran out (its renewals failed meanwhile)
+    second = client_slots.take("stream", 8, 1)
+    assert second is not None and second.key == first.key
+    first.close()
+    # The new holder's lease is still this process's to renew, and still in the cache.
+    assert client_slots._leases.get(second.key) == second.token
+    assert client_slots.cache.get(second.key) == second.token
+    second.close()
+    assert second.key not in client_slots._leases
+    assert client_slots.taken("stream", 8, 1) == 0

@@ -42,7 +42,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from tasks_app.mcp import client_slots
-from tasks_app.mcp.errors import McpError, RetryLater, is_outage, outage_types, unexpected
+from tasks_app.mcp.errors import (
+    McpError,
+    RetryLater,
+    from_code,
+    is_outage,
+    outage_types,
+    unexpected,
+)
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -76,9 +83,9 @@ def busy(
 
 def cancelled() -> McpError:
     """The client closed the request of a synchronous run (the answer is rarely read)."""
-    error = McpError("The call was cancelled: the client closed it", data={"reason": "cancelled"})
-    error.code = -32000
-    return error
+    return from_code(
+        -32000, "The call was cancelled: the client closed it", {"reason": "cancelled"}
+    )
 
 
 def time_up(
@@ -95,13 +102,12 @@ def time_up(
         how = f"call it again {way} so that it runs as a task"
     else:
         how = "this tool cannot run as a task here"
-    error = McpError(
+    return from_code(
+        -32000,
         f"The call ran longer than the {seconds:g} s a synchronous call may take "
         f"(TASKDESK_SYNC_MAX_SECONDS) and was stopped; {how}",
-        data={"reason": "sync_time_limit", "limitSeconds": seconds},
+        {"reason": "sync_time_limit", "limitSeconds": seconds},
     )
-    error.code = -32000
-    return error
 
 
 def over_limit(reason: str, message: str, *, retry_after: float, **data: Any) -> RetryLater:

@@ -50,25 +50,52 @@ def header_timeout() -> float:
 def request_complete(data: bytes, limit: int) -> bool:
     """Whether DATA holds a whole request head (and its body, when it is small), or is
     already past what is worth buffering: then the request thread takes it from here."""
-    end = _HEADERS_END.search(data)
-    if end is None:
-        return len(data) >= limit
-    head = data[: end.start()]
+    return Arriving(limit).add(data)
+
+
+class Arriving:
+    """The bytes of one request as they arrive, and whether it is whole yet. Each byte is
+    looked at once: a client that sends its request a few bytes at a time costs the poller
+    the bytes it sends, not the bytes so far on every read."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.data = bytearray()
+        self._scanned = 0  # how far the head's end was looked for
+        self._whole_at: int | None = None  # once the head is read: the length to wait for
+
+    def add(self, chunk: bytes) -> bool:
+        """Add CHUNK; True once the request thread should take it (see request_complete)."""
+        self.data += chunk
+        if self._whole_at is None:
+            # The end of the head is at most 4 bytes long: look again from just before
+            # where the last look stopped.
+            end = _HEADERS_END.search(self.data, max(0, self._scanned - 3))
+            if end is None:
+                self._scanned = len(self.data)
+                return len(self.data) >= self.limit
+            self._whole_at = _whole_at(bytes(self.data[: end.start()]), end.end())
+        return len(self.data) >= self._whole_at
+
+
+def _whole_at(head: bytes, body_start: int) -> int:
+    """How many bytes make the request whole enough to hand on, given its HEAD: its body
+    too when that is small and sized; else (0) the head is enough."""
     if _BODY_LATER.search(head):
-        return True
+        return 0
     length = _CONTENT_LENGTH.search(head)
     if length is None:
-        return True
+        return 0
     size = int(length.group(1))
-    return size > MAX_BUFFERED_BODY or len(data) - end.end() >= size
+    return 0 if size > MAX_BUFFERED_BODY else body_start + size
 
 
 class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout = header_timeout()
-        # Connections whose request is still arriving: conn -> (deadline, bytes so far).
-        self.reading: dict[TConn, tuple[float, bytearray]] = {}
+        # Connections whose request is still arriving: conn -> (deadline, what came so far).
+        self.reading: dict[TConn, tuple[float, Arriving]] = {}
         # A request head larger than gunicorn accepts is handed on (and refused there).
         self.head_limit = (
             self.cfg.limit_request_line
@@ -112,7 +139,8 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     # --- reading in the poller ------------------------------------------------------------
 
     def start_reading(self, conn: TConn) -> None:
-        self.reading[conn] = (time.monotonic() + self.header_timeout, bytearray())
+        limit = self.head_limit + MAX_BUFFERED_BODY
+        self.reading[conn] = (time.monotonic() + self.header_timeout, Arriving(limit))
         # Often the whole request is there already (a kept-alive connection was readable):
         # then it goes to a thread without a round through the poller.
         if not self.read_some(conn):
@@ -127,7 +155,7 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
 
     def read_some(self, conn: TConn) -> bool:
         """Read what CONN has sent; True once it is done here (handed on, or closed)."""
-        _deadline, data = self.reading[conn]
+        _deadline, arriving = self.reading[conn]
         try:
             chunk = conn.sock.recv(65536)
         except (BlockingIOError, InterruptedError):
@@ -137,11 +165,10 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         if not chunk:
             self.drop(conn)  # the client closed the connection
             return True
-        data += chunk
-        if not request_complete(bytes(data), self.head_limit + MAX_BUFFERED_BODY):
+        if not arriving.add(chunk):
             return False
         del self.reading[conn]
-        conn.preread = bytes(data)
+        conn.preread = bytes(arriving.data)
         conn.data_ready = True
         self.enqueue_req(conn)
         return True

@@ -48,7 +48,8 @@ class Lease:
         if self.key is None:
             return
         with _lock:
-            _leases.pop(self.key, None)
+            if _leases.get(self.key) == self.token:  # not a later holder's, after this ran out
+                del _leases[self.key]
         try:
             if cache.get(self.key) == self.token:
                 cache.delete(self.key)
@@ -62,8 +63,12 @@ def take(kind: str, client: int, limit: int) -> Lease | None:
     """One of CLIENT's LIMIT slots of KIND, or None when all are taken."""
     token = f"{os.getpid()}:{secrets.token_hex(8)}"
     keys = [f"held:{kind}:{client}:{index}" for index in range(limit)]
+    # The slots this process holds itself are tried last: a client with several held
+    # requests here finds a free slot with one round trip, not one per slot it holds.
+    with _lock:
+        order = sorted(keys, key=lambda key: key in _leases)
     try:
-        for key in keys:
+        for key in order:
             if cache.add(key, token, timeout=LEASE_SECONDS):
                 with _lock:
                     _leases[key] = token

@@ -37,7 +37,6 @@ responses; the function then runs again with them (``_rounds``).
 
 from __future__ import annotations
 
-import json
 import logging
 import secrets
 import threading
@@ -53,7 +52,7 @@ from rest_framework.views import APIView
 
 from elicitations import transitions as elicitation_transitions
 from elicitations.models import Channel
-from tasks_app import selectors, sessions
+from tasks_app import selectors, sessions, storage
 from tasks_app.mcp import envelope, eras, limits, session_streams, stream_slots, streaming
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.errors import (
@@ -64,6 +63,7 @@ from tasks_app.mcp.errors import (
     MethodNotFound,
     NotAcceptable,
     from_code,
+    unexpected,
 )
 from tasks_app.mcp.handlers import discovery, handshake
 from tasks_app.mcp.headers import header, sent
@@ -185,14 +185,17 @@ class HandshakeEra(eras.ProtocolEra):
             data = validate(InitializeParams, params)
         except McpError as exc:
             return _rpc_error(request_id, exc)
-        _check_sizes(data)
+        # clientInfo.icons (2025-11-25 Implementation) may hold data: URIs of any size, and
+        # nothing here shows them: they are neither kept nor counted.
+        client_info = {k: v for k, v in data["clientInfo"].items() if k != "icons"}
+        _check_sizes({"capabilities": data["capabilities"], "clientInfo": client_info})
         requested = data["protocolVersion"]
         version = requested if requested in VERSIONS else LATEST
         session = sessions.open_session(
             client=client,
             protocol_version=version,
             capabilities=data["capabilities"],
-            client_info=data["clientInfo"],
+            client_info=client_info,
         )
         result = {
             "protocolVersion": version,
@@ -361,12 +364,13 @@ def _cancel(session: McpSession, params: Any) -> None:
     log.info("request %r of session %s cancelled by the client", request_id, session.pk[:8])
 
 
-def _check_sizes(data: dict[str, Any]) -> None:
+def _check_sizes(kept: dict[str, Any]) -> None:
     """A session keeps what ``initialize`` declared for its whole life: refuse (400, -32602)
-    a ``capabilities`` or ``clientInfo`` larger than ``TASKDESK_MAX_SESSION_INFO_BYTES``."""
+    a ``capabilities`` or ``clientInfo`` (as KEPT) larger than
+    ``TASKDESK_MAX_SESSION_INFO_BYTES``."""
     limit = settings.TASKDESK_MAX_SESSION_INFO_BYTES
-    for field in ("capabilities", "clientInfo"):
-        size = len(json.dumps(data[field], separators=(",", ":")).encode())
+    for field, value in kept.items():
+        size = storage.json_bytes(value)
         if size > limit:
             raise InvalidParams(
                 f"params.{field} is {size} bytes of JSON; a session keeps at most {limit} "
@@ -420,17 +424,23 @@ def _rounds(
     # this request as much as a run does, so the slot is kept until the next round takes its
     # own (or the call ends).
     held: Callable[[], None] | None = None
+    answers: dict[str, Any] = {}
     try:
-        for _ in range(MAX_ROUNDS):
+        # The client is asked at most MAX_ROUNDS times; every run, the last one too, is run
+        # (and its slot given back) before the call ends.
+        for rounds in range(MAX_ROUNDS + 1):
             if isinstance(result, Streamed):
                 held = result.release
                 result = result.run(emit, cancelled)
             if not _input_required(result):
                 return shape(result)
+            requests = result.get("inputRequests") or {}
+            if rounds == MAX_ROUNDS:
+                raise _too_many_rounds(requests, answers)
             assert call.session is not None
             if held is None:
                 held = limits.sync_slots.take("synchronous calls", call.client.pk)
-            answers = _ask(call, result.get("inputRequests") or {}, emit, cancelled)
+            answers = _ask(call, requests, emit, cancelled)
             params = {**call.params, "inputResponses": answers}
             if result.get("requestState"):
                 params["requestState"] = result["requestState"]
@@ -438,10 +448,26 @@ def _rounds(
             held()
             held = None
             result = spec.handler(call)
-        raise InternalError(f"The call asked the client more than {MAX_ROUNDS} times")
+        raise AssertionError("unreachable: the last round returns or raises")
     finally:
         if held is not None:
             held()
+
+
+def _too_many_rounds(requests: dict[str, Any], answers: dict[str, Any]) -> McpError:
+    """The call still asks after MAX_ROUNDS rounds. When it asks again what the client just
+    answered, that answer does not fit its question (``sync._answer``): -32602 naming it.
+    Otherwise the tool keeps asking new questions, a bug of the tool (-32603 with a
+    reference to the log)."""
+    refused = [key for key in requests if key in answers]
+    if refused:
+        return InvalidParams(
+            f"The client's answer to {', '.join(refused)} does not fit what was asked, "
+            f"which was asked {MAX_ROUNDS} times: send the result its method defines (for "
+            "elicitation/create, content that fits its requestedSchema, or decline)",
+            data={"inputRequests": refused, "rounds": MAX_ROUNDS},
+        )
+    return unexpected(InternalError(f"The call asked the client more than {MAX_ROUNDS} times"))
 
 
 def _ask(

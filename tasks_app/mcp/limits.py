@@ -42,7 +42,14 @@ from django.core.signals import setting_changed
 from django.dispatch import receiver
 
 from tasks_app.mcp import client_slots
-from tasks_app.mcp.errors import McpError, RetryLater, is_outage, outage_types, unexpected
+from tasks_app.mcp.errors import (
+    McpError,
+    RetryLater,
+    from_code,
+    is_outage,
+    outage_types,
+    unexpected,
+)
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -76,26 +83,31 @@ def busy(
 
 def cancelled() -> McpError:
     """The client closed the request of a synchronous run (the answer is rarely read)."""
-    error = McpError("The call was cancelled: the client closed it", data={"reason": "cancelled"})
-    error.code = -32000
-    return error
-
-
-def time_up(seconds: float, *, can_be_task: bool) -> McpError:
-    """A synchronous run stopped at its time cap (a JSON-RPC error, HTTP 200)."""
-    how = (
-        "call it again with the tasks extension declared, or with an idempotency key, so "
-        "that it runs as a task"
-        if can_be_task
-        else "this tool cannot run as a task here"
+    return from_code(
+        -32000, "The call was cancelled: the client closed it", {"reason": "cancelled"}
     )
-    error = McpError(
+
+
+def time_up(
+    seconds: float, *, can_be_task: bool, handshake: bool = False, by_key: bool = True
+) -> McpError:
+    """A synchronous run stopped at its time cap (a JSON-RPC error, HTTP 200). The advice
+    names how this wire asks for a task: the tasks extension declared in the request
+    (2026-07-28) or ``params.task`` (a 2025-11-25 HANDSHAKE session), or an idempotency key
+    where a keyed call waits for a task (BY_KEY)."""
+    if can_be_task:
+        way = "with params.task" if handshake else "with the tasks extension declared"
+        if by_key:
+            way += ", or with an idempotency key,"
+        how = f"call it again {way} so that it runs as a task"
+    else:
+        how = "this tool cannot run as a task here"
+    return from_code(
+        -32000,
         f"The call ran longer than the {seconds:g} s a synchronous call may take "
         f"(TASKDESK_SYNC_MAX_SECONDS) and was stopped; {how}",
-        data={"reason": "sync_time_limit", "limitSeconds": seconds},
+        {"reason": "sync_time_limit", "limitSeconds": seconds},
     )
-    error.code = -32000
-    return error
 
 
 def over_limit(reason: str, message: str, *, retry_after: float, **data: Any) -> RetryLater:

@@ -4,10 +4,12 @@ Slow clients against live processes: tests/integration/test_web_tier.py."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from django.core.exceptions import ImproperlyConfigured
 
-from config.web_worker import MAX_BUFFERED_BODY, header_timeout, request_complete
+from config.web_worker import MAX_BUFFERED_BODY, Arriving, header_timeout, request_complete
 
 LIMIT = 100_000
 
@@ -53,3 +55,33 @@ def test_a_malformed_header_timeout_names_the_variable(monkeypatch) -> None:  # 
         ImproperlyConfigured, match="TASKDESK_HEADER_TIMEOUT_SECONDS must be a number"
     ):
         header_timeout()
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n",
+        b'POST /mcp HTTP/1.1\r\nContent-Length: 5\r\n\r\n{"a"}',
+        b'POST /mcp HTTP/1.1\nContent-Length: 5\n\n{"a"}',
+        b"POST /mcp HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n",
+    ],
+)
+def test_a_request_sent_a_byte_at_a_time_is_whole_at_its_last_byte(data: bytes) -> None:
+    arriving = Arriving(LIMIT)
+    done = [arriving.add(data[i : i + 1]) for i in range(len(data))]
+    assert done == [False] * (len(data) - 1) + [True]
+    assert bytes(arriving.data) == data
+
+
+def test_a_head_sent_in_small_pieces_costs_the_poller_its_bytes_only() -> None:
+    # 800 KB of header lines, 100 bytes a read: looking at everything so far on every read
+    # would scan 3 GB; each byte once is a few milliseconds.
+    limit = 1_000_000
+    arriving = Arriving(limit)
+    line = b"X-Slow: " + b"a" * 90 + b"\r\n"
+    started = time.perf_counter()
+    assert not arriving.add(b"GET / HTTP/1.1\r\n")
+    for _ in range(8_000):
+        assert not arriving.add(line)
+    assert arriving.add(b"\r\n")
+    assert time.perf_counter() - started < 1

@@ -178,7 +178,12 @@ def _run_here(
         except Cancelled:
             raise limits.cancelled() from None
         except TimeUp as exc:
-            raise limits.time_up(exc.seconds, can_be_task=tool.task != "forbidden") from None
+            raise limits.time_up(
+                exc.seconds,
+                can_be_task=tool.task != "forbidden",
+                handshake=call.era == Era.LEGACY,
+                by_key=not tool.escalate,  # a keyed call of an escalating tool runs here too
+            ) from None
         except (NeedInput, ProtocolError):
             raise  # the next MRTR round, or the tool's own JSON-RPC error (running.run)
         except Exception as exc:

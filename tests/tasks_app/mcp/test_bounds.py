@@ -140,6 +140,18 @@ def test_initialize_refuses_capabilities_or_client_info_over_the_size_cap(mcp, s
     assert _initialize(mcp, capabilities=fits).status_code == 200
 
 
+def test_initialize_keeps_client_info_without_its_icons(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    # An icon may be a data: URI of any size (2025-11-25 Implementation.icons): not kept, so
+    # a client with a large one still connects.
+    settings.TASKDESK_MAX_SESSION_INFO_BYTES = 16 * 1024
+    icon = {"src": "data:image/png;base64," + "A" * (64 * 1024), "mimeType": "image/png"}
+    info = {"name": "desk-client", "version": "1.0", "icons": [icon]}
+    response = _initialize(mcp, clientInfo=info)
+    assert response.status_code == 200, response.content
+    session = McpSession.objects.get(pk=response[SESSION_HEADER])
+    assert session.client_info == {"name": "desk-client", "version": "1.0"}
+
+
 def _stored_bytes() -> int:
     tables = [McpSession._meta.db_table, McpReply._meta.db_table]
     with connection.cursor() as cursor:
@@ -205,6 +217,38 @@ def test_a_synchronous_call_keeps_only_the_reply_it_waits_for(mcp) -> None:  # t
     assert "Alice" in json.dumps(seen[-1]["result"])
     # Nothing is left behind: the answer was read, the stray never kept.
     assert not McpReply.objects.exists()
+
+
+@pytest.mark.parametrize("meta", [{}, {"progressToken": "p"}], ids=["plain", "streamed"])
+def test_an_answer_that_never_fits_ends_the_call_naming_it(mcp, monkeypatch, meta) -> None:  # type: ignore[no-untyped-def]
+    from tasks_app.mcp import handshake, limits
+
+    monkeypatch.setattr(handshake, "MAX_ROUNDS", 3)
+    session = Session(mcp, capabilities={"elicitation": {"form": {}}})
+    params = {"name": "test_input_required_result_elicitation", "arguments": {}, "_meta": meta}
+    body = rpc("tools/call", params, id=7)
+    response = session.post(body)
+    seen: list[dict] = []
+    for chunk in response.streaming_content:
+        for line in chunk.decode().splitlines():
+            if not line.startswith("data:") or not line[5:].strip():
+                continue
+            message = json.loads(line[5:])
+            seen.append(message)
+            if message.get("method") == "elicitation/create":
+                # A name must be a string: the question is asked again, each time.
+                answer = {
+                    "jsonrpc": "2.0",
+                    "id": message["id"],
+                    "result": {"action": "accept", "content": {"name": 5}},
+                }
+                assert session.post(answer).status_code == 202
+    assert len([m for m in seen if m.get("method") == "elicitation/create"]) == 3
+    error = seen[-1]["error"]
+    assert error["code"] == -32602
+    assert "user_name" in error["message"]
+    assert error["data"] == {"inputRequests": ["user_name"], "rounds": 3}
+    assert limits.sync_slots.used == 0
 
 
 # --- what one task keeps ------------------------------------------------------------------

@@ -109,6 +109,21 @@ def test_a_synchronous_run_past_the_time_cap_is_stopped_with_a_clear_error(mcp, 
     assert limits.sync_slots.used == 0
 
 
+def test_on_the_handshake_wire_the_time_cap_error_names_params_task(mcp, settings) -> None:  # type: ignore[no-untyped-def]
+    # A 2025-11-25 session asks for a task with params.task, not the 2026 extension.
+    settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
+    session = Session(mcp)
+    params = {"name": "slow_echo", "arguments": {"text": "hi", "seconds": 60}}
+
+    response = session.post(rpc("tools/call", params))
+
+    error = error_of(response)
+    assert error["data"] == {"reason": "sync_time_limit", "limitSeconds": 0.3}
+    assert "call it again with params.task, or with an idempotency key," in error["message"]
+    assert "extension" not in error["message"]
+    assert limits.sync_slots.used == 0
+
+
 def test_an_escalating_tool_past_the_time_cap_becomes_a_task(mcp, settings) -> None:  # type: ignore[no-untyped-def]
     settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
     settings.TASKDESK_SYNC_MAX_SECONDS = 0.3
@@ -128,6 +143,8 @@ def test_without_the_extension_the_same_tool_gets_the_error(mcp, settings) -> No
     error = error_of(mcp.post(body))
 
     assert error["data"]["reason"] == "sync_time_limit"
+    # A key would not make it a task either: an escalating tool runs here, keyed or not.
+    assert "idempotency key" not in error["message"]
     assert not Task.objects.exists()
 
 
@@ -240,3 +257,44 @@ def test_a_call_that_asks_the_client_holds_its_slot_while_it_waits(
 
     assert b"ada@example.com" in rest
     assert limits.sync_slots.used == 0
+
+
+def test_a_client_slot_is_found_without_trying_the_slots_this_process_holds(
+    settings, monkeypatch
+) -> None:
+    held = [client_slots.take("sync", 9, 4) for _ in range(3)]
+    tried: list[str] = []
+    shared = client_slots.cache
+
+    class Counting:
+        def add(self, key, *args, **kwargs):  # type: ignore[no-untyped-def]
+            tried.append(key)
+            return shared.add(key, *args, **kwargs)
+
+        def __getattr__(self, name):  # type: ignore[no-untyped-def]
+            return getattr(shared, name)
+
+    monkeypatch.setattr(client_slots, "cache", Counting())
+    fourth = client_slots.take("sync", 9, 4)
+    assert fourth is not None and fourth.key == "held:sync:9:3"
+    assert tried == ["held:sync:9:3"]
+    assert client_slots.take("sync", 9, 4) is None  # all four are taken
+    for lease in [*held, fourth]:
+        assert lease is not None
+        lease.close()
+    assert client_slots.taken("sync", 9, 4) == 0
+
+
+def test_a_lease_that_ran_out_given_back_late_leaves_the_new_holder_renewed() -> None:
+    first = client_slots.take("stream", 8, 1)
+    assert first is not None and first.key is not None
+    client_slots.cache.delete(first.key)  # it ran out (its renewals failed meanwhile)
+    second = client_slots.take("stream", 8, 1)
+    assert second is not None and second.key == first.key
+    first.close()
+    # The new holder's lease is still this process's to renew, and still in the cache.
+    assert client_slots._leases.get(second.key) == second.token
+    assert client_slots.cache.get(second.key) == second.token
+    second.close()
+    assert second.key not in client_slots._leases
+    assert client_slots.taken("stream", 8, 1) == 0

@@ -491,6 +491,8 @@ TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = env_float(
     "TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0, minimum=0.01
 )
 TASKDESK_WEBHOOK_TIMEOUT_SECONDS = env_float("TASKDESK_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1)
+# How many endpoints the sender delivers to at once (a thread each; one slow endpoint holds one).
+TASKDESK_WEBHOOK_CONCURRENCY = env_int("TASKDESK_WEBHOOK_CONCURRENCY", 8, minimum=1, maximum=64)
 TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = env_bool("TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK", False)
 # Certificate authorities webhook receivers' certificates are checked against (a PEM file):
 # the system's by default; an internal CA for receivers in TASKDESK_WEBHOOK_ALLOWED_NETWORKS.

@@ -15,12 +15,13 @@ delivery leaves the message to be taken again once the lease has passed (with th
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F
+from django.db.models import F, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -87,20 +88,33 @@ def write_for_task(
     return len(subscribed)
 
 
-def claim(channel: str, *, limit: int, lease_seconds: float) -> list[OutboxMessage]:
+def claim(
+    channel: str,
+    *,
+    limit: int,
+    lease_seconds: float,
+    per_endpoint: int | None = None,
+    skip_endpoints: Collection[int] = (),
+) -> list[OutboxMessage]:
     """Take up to LIMIT due messages of CHANNEL, oldest due first, for LEASE_SECONDS: they are
-    not due again before then (a sender that dies leaves them to the next). Messages another
-    sender is taking at this moment are skipped (PostgreSQL)."""
+    not due again before then (a sender that dies leaves them to the next). With
+    PER_ENDPOINT, at most that many of one endpoint (the oldest due of each), so one
+    endpoint's backlog cannot fill the batch; messages of SKIP_ENDPOINTS (those being sent
+    to at the moment) are left. Messages another sender is taking at this moment are skipped
+    (PostgreSQL)."""
     now = timezone.now()
+    due = OutboxMessage.objects.filter(
+        channel=channel, delivered_at__isnull=True, gave_up_at__isnull=True, due_at__lte=now
+    ).exclude(endpoint_id__in=list(skip_endpoints))
+    if per_endpoint is not None:
+        # PostgreSQL refuses FOR UPDATE beside a window function: rank in a subquery.
+        first = due.annotate(
+            rank=Window(RowNumber(), partition_by=F("endpoint_id"), order_by=F("due_at").asc())
+        ).filter(rank__lte=per_endpoint)
+        due = due.filter(pk__in=first.values("pk"))
     with transaction.atomic():
         ids = list(
-            OutboxMessage.objects.select_for_update(skip_locked=True)
-            .filter(
-                channel=channel,
-                delivered_at__isnull=True,
-                gave_up_at__isnull=True,
-                due_at__lte=now,
-            )
+            due.select_for_update(skip_locked=True)
             .order_by("due_at")
             .values_list("pk", flat=True)[:limit]
         )

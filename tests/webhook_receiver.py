@@ -25,11 +25,14 @@ class Delivery:
 @dataclass
 class Receiver:
     """Answers the statuses in SCRIPT in turn (then 200); HOLD_FIRST seconds before answering
-    the first request (a delivery in flight)."""
+    the first request (a delivery in flight), HOLD_EACH seconds before answering every one (a
+    slow endpoint); ``most_at_once`` is the most requests it held at the same time."""
 
     secret: str = ""
     script: list[int] = field(default_factory=list)
     hold_first: float = 0.0
+    hold_each: float = 0.0
+    most_at_once: int = 0
     # TLS: (certificate file, key file) to serve https; the SNI names the senders gave.
     tls: tuple[str, str] | None = None
     server_names: list[str | None] = field(default_factory=list)
@@ -38,6 +41,7 @@ class Receiver:
 
     def __post_init__(self) -> None:
         self._lock = threading.Lock()
+        self._at_once = 0
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -74,9 +78,15 @@ class Receiver:
             self.deliveries.append(
                 Delivery(headers.get("webhook-id", ""), headers, body, verified, status)
             )
+            self._at_once += 1
+            self.most_at_once = max(self.most_at_once, self._at_once)
         self.received.set()
         if first and self.hold_first:
             threading.Event().wait(self.hold_first)
+        if self.hold_each:
+            threading.Event().wait(self.hold_each)
+        with self._lock:
+            self._at_once -= 1
         try:
             handler.send_response(status)
             handler.send_header("Content-Length", "2")

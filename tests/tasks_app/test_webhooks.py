@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import io
 import json
+import threading
+import time
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -299,6 +301,65 @@ def test_backoff_doubles_with_jitter(settings) -> None:  # type: ignore[no-untyp
         waits = [webhooks.backoff_seconds(attempts) for _ in range(50)]
         assert all(ceiling / 2 <= w <= ceiling for w in waits)
         assert len(set(waits)) > 1
+
+
+def _completed(client, count: int) -> None:  # type: ignore[no-untyped-def]
+    for _ in range(count):
+        task = Task.objects.create(client=client, tool_name="t", arguments={})
+        transitions.complete(task_id=task.pk, result={"content": []})
+
+
+def test_a_claim_takes_a_few_messages_per_endpoint(alice, bob, receiver) -> None:  # type: ignore[no-untyped-def]
+    a, b = _endpoint(alice, receiver), _endpoint(bob, receiver)
+    _completed(alice, 30)
+    _completed(bob, 1)
+    taken = outbox.claim("webhook", limit=20, per_endpoint=5, lease_seconds=60)
+    assert sorted(m.endpoint_id for m in taken) == [a.pk] * 5 + [b.pk]
+    # those taken are leased; an endpoint being sent to is left alone
+    again = outbox.claim(
+        "webhook", limit=20, per_endpoint=5, lease_seconds=60, skip_endpoints=[b.pk]
+    )
+    assert [m.endpoint_id for m in again] == [a.pk] * 5
+    assert not {m.pk for m in again} & {m.pk for m in taken}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_slow_endpoint_with_a_backlog_does_not_hold_up_another_clients(  # type: ignore[no-untyped-def]
+    alice, bob, settings
+) -> None:
+    """Client 1's endpoint answers after 2 s and has 30 messages due before client 2's one:
+    client 2's message arrives at once, not after client 1's backlog; client 1's endpoint
+    never gets two at once."""
+    settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS = 3.0
+    slow, other = Receiver(hold_each=2.0), Receiver()
+    try:
+        _endpoint(alice, slow)
+        _endpoint(bob, other)
+        _completed(alice, 30)
+        _completed(bob, 1)
+
+        def run() -> None:
+            try:
+                webhooks.deliver_due(seconds=1)
+            finally:
+                __import__("django.db").db.connections.close_all()
+
+        sender = threading.Thread(target=run)
+        started = time.monotonic()
+        sender.start()
+        assert other.received.wait(timeout=10)
+        arrived = time.monotonic() - started
+        sender.join(timeout=60)
+        assert arrived < 1.5, f"client 2's webhook came after {arrived:.1f} s"
+        assert len(other.deliveries) == 1 and other.deliveries[0].verified
+        # client 1's first few went one after another (2 s each), the rest wait their turn
+        assert 1 <= len(slow.deliveries) <= 10 and slow.most_at_once == 1
+        assert OutboxMessage.objects.filter(delivered_at__isnull=False).count() == 1 + len(
+            slow.deliveries
+        )
+    finally:
+        slow.close()
+        other.close()
 
 
 # --- the deliveries page -----------------------------------------------------------------------

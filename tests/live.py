@@ -355,6 +355,9 @@ class LiveStack:
         return httpx.post(self.mcp_url, content=raw, headers=hdrs, timeout=timeout)
 
 
+DATABASE_CACHE = "django.core.cache.backends.db.DatabaseCache"
+
+
 def forget_held_slots(*, in_test_database: bool = True) -> None:
     """Drop the per-client held-work leases (tasks_app/mcp/client_slots.py) that stacks
     stopped earlier left in the shared cache. Their processes were killed, so the
@@ -377,7 +380,7 @@ def forget_held_slots(*, in_test_database: bool = True) -> None:
         redis = client(write=True)
         for key in redis.scan_iter(match=pattern):
             redis.delete(key)
-    elif in_test_database and shipped.CACHES["default"]["BACKEND"].endswith(".DatabaseCache"):
+    elif in_test_database and shipped.CACHES["default"]["BACKEND"] == DATABASE_CACHE:
         table = connection.ops.quote_name(shipped.CACHE_TABLE)
         with connection.cursor() as cursor:
             cursor.execute(

@@ -122,8 +122,8 @@ def lag(task_id: str, arrived: float) -> float:
 
 
 def test_a_raw_client_hears_its_tasks_change_in_the_workers_within_a_second(
-    transactional_db, alice_token, bob_token
-) -> None:  # type: ignore[no-untyped-def]
+    transactional_db: None, alice_token: str, bob_token: str
+) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the cross-process notifications are PostgreSQL's (LISTEN/NOTIFY)")
     env = {

@@ -171,7 +171,7 @@ class LiveStack:
     def start(self, *, wait: bool = True) -> LiveStack:
         self.collect_static()
         self.clear_metrics()
-        forget_held_slots()
+        forget_held_slots(in_test_database=self.env["DATABASE_URL"] == database_url())
         self.start_web()
         if self.want_worker:
             self.start_worker()
@@ -355,19 +355,38 @@ class LiveStack:
         return httpx.post(self.mcp_url, content=raw, headers=hdrs, timeout=timeout)
 
 
-def forget_held_slots() -> None:
-    """Drop the per-client held-work leases (tasks_app/mcp/client_slots.py) that stacks
-    stopped earlier left in the shared Redis cache. Their processes were killed, so the
-    leases would only run out after LEASE_SECONDS; a new stack's clients reuse the same
-    primary keys and would find their slots taken meanwhile."""
-    from django.core.cache import cache
+DATABASE_CACHE = "django.core.cache.backends.db.DatabaseCache"
 
+
+def forget_held_slots(*, in_test_database: bool = True) -> None:
+    """Drop the per-client held-work leases (tasks_app/mcp/client_slots.py) that stacks
+    stopped earlier left in the shared cache. Their processes were killed, so the
+    leases would only run out after LEASE_SECONDS; a new stack's clients may reuse the same
+    primary keys (a new test database) and would find their slots taken meanwhile.
+
+    The keys are the stack's, under the shipped KEY_PREFIX (config/settings.py), not under
+    the prefix of this test process's cache (tests/conftest.py gives each test its own). The
+    database cache's table is no model's, so a test's flush of the database leaves it full
+    (IN_TEST_DATABASE: the stack's database cache is the test database's, not a database
+    of its own, whose table is new)."""
+    from django.core.cache import cache
+    from django.db import connection
+
+    import config.settings as shipped
+
+    pattern = f"{shipped.CACHES['default']['KEY_PREFIX']}:*:held:*"
     client = getattr(getattr(cache, "_cache", None), "get_client", None)
-    if client is None:
-        return  # the database cache: its table is emptied with the test database
-    redis = client(write=True)
-    for key in redis.scan_iter(match=cache.make_key("held:*")):
-        redis.delete(key)
+    if client is not None:
+        redis = client(write=True)
+        for key in redis.scan_iter(match=pattern):
+            redis.delete(key)
+    elif in_test_database and shipped.CACHES["default"]["BACKEND"] == DATABASE_CACHE:
+        table = connection.ops.quote_name(shipped.CACHE_TABLE)
+        with connection.cursor() as cursor:
+            cursor.execute(
+                f"DELETE FROM {table} WHERE cache_key LIKE %s",
+                [pattern.replace("*", "%")],
+            )
 
 
 @contextlib.contextmanager

@@ -121,14 +121,9 @@ def lag(task_id: str, arrived: float) -> float:
     return arrived - Task.objects.get(pk=task_id).updated_at.timestamp()
 
 
-@pytest.mark.skip(
-    reason="known defect, open: run after another live stack on the same broker (as in the "
-    "whole suite, and a second run of this module alone), the stream is refused with 429 or "
-    "hears nothing after its first states; alone on a clean broker it passes"
-)
 def test_a_raw_client_hears_its_tasks_change_in_the_workers_within_a_second(
-    transactional_db, alice_token, bob_token
-) -> None:  # type: ignore[no-untyped-def]
+    transactional_db: None, alice_token: str, bob_token: str
+) -> None:
     if connection.vendor != "postgresql":
         pytest.skip("the cross-process notifications are PostgreSQL's (LISTEN/NOTIFY)")
     env = {
@@ -159,16 +154,34 @@ def test_a_raw_client_hears_its_tasks_change_in_the_workers_within_a_second(
         _, ack = stream.next()
         assert ack["method"] == "notifications/subscriptions/acknowledged"
         assert ack["params"] == {"_meta": {SUBSCRIPTION_ID: 41}, "notifications": {"taskIds": mine}}
+        answered = False
+
+        def answer(note: dict[str, Any]) -> None:
+            """Answer the asking task's question, the first time a notification shows it."""
+            nonlocal answered
+            if note["status"] != "input_required" or answered:
+                return
+            (key,) = note["inputRequests"]
+            answers = {key: {"action": "accept", "content": {"confirm": True}}}
+            result(
+                stack,
+                alice_token,
+                "tasks/update",
+                {"taskId": note["taskId"], "inputResponses": answers},
+            )
+            answered = True
+
         seen: dict[str, list[dict[str, Any]]] = {task_id: [] for task_id in mine}
         for _ in mine:
             note = task_params(stream.next()[1], 41)
             seen[note["taskId"]].append(note)
         assert all(len(notes) == 1 for notes in seen.values())
+        # A worker that is already up may run the asking task's first leg before the stream
+        # opens: its question then comes with the first states.
+        answer(seen[asking["taskId"]][0])
 
         # The asking task: one notification per status, each the body tasks/get returns.
         lags: list[float] = []
-        statuses = [n["status"] for n in seen[asking["taskId"]]]
-        answered = False
         while "completed" not in [n["status"] for n in seen[asking["taskId"]]] or not any(
             n["status"] == "completed" for n in seen[quick["taskId"]]
         ):
@@ -179,20 +192,16 @@ def test_a_raw_client_hears_its_tasks_change_in_the_workers_within_a_second(
             if note["status"] in ("input_required", "completed"):
                 assert note == detailed(stack, alice_token, note["taskId"])
                 lags.append(lag(note["taskId"], arrived))
-            if note["status"] == "input_required" and not answered:
-                (key,) = note["inputRequests"]
-                answer = {key: {"action": "accept", "content": {"confirm": True}}}
-                result(
-                    stack,
-                    alice_token,
-                    "tasks/update",
-                    {"taskId": note["taskId"], "inputResponses": answer},
-                )
-                answered = True
+            answer(note)
         statuses = [n["status"] for n in seen[asking["taskId"]]]
+        # It may have asked before the stream opened; and the leg standing by may finish
+        # within the watcher's least gap between reads (a tenth of a second) of the answer,
+        # so that its "working" is never read: each notification is the state then read.
         assert statuses in (
             ["working", "input_required", "working", "completed"],
-            ["input_required", "working", "completed"],  # it asked before the stream opened
+            ["working", "input_required", "completed"],
+            ["input_required", "working", "completed"],
+            ["input_required", "completed"],
         )
         assert [n["status"] for n in seen[quick["taskId"]]] == ["working", "completed"]
         assert seen[quick["taskId"]][-1]["result"]["content"][0]["text"].startswith(

@@ -13,6 +13,14 @@ connection) is closed. What was read is put
 back in front of the socket (the parser's unreader), so the request thread parses it as
 gunicorn always does.
 
+What a web process holds of requests still arriving, and of whole ones waiting for a thread,
+is bounded by ``TASKDESK_READ_BUFFER_BYTES`` (32 MiB). Without it, one client opening many
+connections that each send a large body slowly made a process buffer up to about 1.8 MB per
+connection, for gunicorn's 1000 connections. A read that would go over it first refuses
+the connection holding the most bytes still arriving (503, closed, logged): that is the one
+sending a large request slowest, and a small request (a health check) still gets through.
+A slow body is not handed to a thread instead: that would trade memory for the threads.
+
 TLS connections (gunicorn's own ``certfile``) keep gthread's behaviour: the handshake needs
 a blocking socket. Production terminates TLS in the proxy (docs/deploy.md).
 """
@@ -30,7 +38,7 @@ from typing import Any
 from gunicorn.http2 import negotiation  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
-from config.env import env_float
+from config.env import env_float, env_int
 
 #: Read at most this much per request in the poller (headers plus a small body).
 MAX_BUFFERED_BODY = 1024 * 1024
@@ -45,6 +53,12 @@ def header_timeout() -> float:
     ImproperlyConfigured naming it (config/env.py), which gunicorn's master reports in one
     line (config/gunicorn.conf.py reads it before any web process starts)."""
     return max(0.1, env_float("TASKDESK_HEADER_TIMEOUT_SECONDS", 10.0))
+
+
+def read_buffer_bytes() -> int:
+    """``TASKDESK_READ_BUFFER_BYTES``: at least 2 MiB, room for one request of the largest
+    size read in the poller (gunicorn's head limits plus ``MAX_BUFFERED_BODY``)."""
+    return env_int("TASKDESK_READ_BUFFER_BYTES", 32 * 1024 * 1024, minimum=2 * 1024 * 1024)
 
 
 def request_complete(data: bytes, limit: int) -> bool:
@@ -90,12 +104,27 @@ def _whole_at(head: bytes, body_start: int) -> int:
     return 0 if size > MAX_BUFFERED_BODY else body_start + size
 
 
+# The answer to a connection refused for want of buffer room, as the project's other 503s.
+_BUSY = (
+    b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "The server is '
+    b'reading too many requests at once; try again shortly", "data": {"reason": "busy", '
+    b'"retryAfterMs": 1000}}}'
+)
+REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY), _BUSY)
+)
+
+
 class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout = header_timeout()
         # Connections whose request is still arriving: conn -> (deadline, what came so far).
         self.reading: dict[TConn, tuple[float, Arriving]] = {}
+        # Bytes of requests read here and not yet taken by a request thread, and their bound.
+        self.buffered = 0
+        self.buffer_limit = read_buffer_bytes()
         # A request head larger than gunicorn accepts is handed on (and refused there).
         self.head_limit = (
             self.cfg.limit_request_line
@@ -156,8 +185,11 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     def read_some(self, conn: TConn) -> bool:
         """Read what CONN has sent; True once it is done here (handed on, or closed)."""
         _deadline, arriving = self.reading[conn]
+        room = self.make_room(conn)
+        if not room:
+            return True  # CONN itself was refused
         try:
-            chunk = conn.sock.recv(65536)
+            chunk = conn.sock.recv(min(65536, room))
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -165,16 +197,44 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         if not chunk:
             self.drop(conn)  # the client closed the connection
             return True
+        self.buffered += len(chunk)
         if not arriving.add(chunk):
             return False
         del self.reading[conn]
-        conn.preread = bytes(arriving.data)
+        conn.preread = bytes(arriving.data)  # still counted, until a thread takes it
         conn.data_ready = True
         self.enqueue_req(conn)
         return True
 
+    def make_room(self, conn: TConn) -> int:
+        """Room left in the buffer budget for CONN's next read. When there is none, the
+        connection holding the most bytes still arriving is refused, until there is (or CONN
+        itself was: then 0). Whole requests waiting for a thread are not refused."""
+        while self.buffered >= self.buffer_limit:
+            victim = max(self.reading, key=lambda c: len(self.reading[c][1].data))
+            if not self.reading[victim][1].data:
+                victim = conn  # the budget is all whole requests waiting: refuse the newcomer
+            self.log.warning(
+                "refused a connection from %s with 503: this web process holds "
+                "TASKDESK_READ_BUFFER_BYTES (%d) of requests",
+                _address(victim),
+                self.buffer_limit,
+            )
+            with contextlib.suppress(OSError):
+                victim.sock.send(REFUSED)
+            self.drop(victim)
+            if victim is conn:
+                return 0
+        return self.buffer_limit - self.buffered
+
+    def taken(self, size: int) -> None:
+        """A request thread took SIZE buffered bytes (in the poller's thread)."""
+        self.buffered -= size
+
     def drop(self, conn: TConn) -> None:
-        self.reading.pop(conn, None)
+        reading = self.reading.pop(conn, None)
+        if reading is not None:
+            self.buffered -= len(reading[1].data)
         with contextlib.suppress(OSError, KeyError, ValueError):
             self.poller.unregister(conn.sock)
         self.nr_conns -= 1
@@ -188,7 +248,7 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
             self.log.info(
                 "closed a connection from %s: request headers not complete within %g s "
                 "(TASKDESK_HEADER_TIMEOUT_SECONDS)",
-                conn.client[0] if isinstance(conn.client, tuple) else conn.client,
+                _address(conn),
                 self.header_timeout,
             )
             self.drop(conn)
@@ -199,7 +259,12 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         preread = getattr(conn, "preread", None)
         if preread:
             conn.preread = None
+            self.method_queue.defer(self.taken, len(preread))
             conn.sock.setblocking(True)
             conn.init()
             conn.parser.unreader.unread(preread)
         return super().handle(conn)
+
+
+def _address(conn: TConn) -> Any:
+    return conn.client[0] if isinstance(conn.client, tuple) else conn.client

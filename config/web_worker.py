@@ -20,6 +20,11 @@ connection, for gunicorn's 1000 connections. A read that would go over it first 
 the connection holding the most bytes still arriving (503, closed, logged): that is the one
 sending a large request slowest, and a small request (a health check) still gets through.
 A slow body is not handed to a thread instead: that would trade memory for the threads.
+One address may have at most ``TASKDESK_READING_PER_ADDRESS`` (64) connections being read
+at once in a process; one more is refused the same way. Else a client sending its headers
+slowly, as such a client does by design, takes the process's 1000 connections (gunicorn's
+``worker_connections``) and nobody else is accepted until they time out. The proxies gunicorn
+trusts (``FORWARDED_ALLOW_IPS``, 127.0.0.1 by default) are not bounded: they speak for many.
 
 TLS connections (gunicorn's own ``certfile``) keep gthread's behaviour: the handshake needs
 a blocking socket. Production terminates TLS in the proxy (docs/deploy.md).
@@ -32,6 +37,7 @@ import errno
 import re
 import selectors
 import time
+from collections import Counter
 from functools import partial
 from typing import Any
 
@@ -59,6 +65,12 @@ def read_buffer_bytes() -> int:
     """``TASKDESK_READ_BUFFER_BYTES``: at least 2 MiB, room for one request of the largest
     size read in the poller (gunicorn's head limits plus ``MAX_BUFFERED_BODY``)."""
     return env_int("TASKDESK_READ_BUFFER_BYTES", 32 * 1024 * 1024, minimum=2 * 1024 * 1024)
+
+
+def reading_per_address() -> int:
+    """``TASKDESK_READING_PER_ADDRESS``: connections of one address a process reads at
+    once; 0 for no bound."""
+    return env_int("TASKDESK_READING_PER_ADDRESS", 64, minimum=0)
 
 
 def request_complete(data: bytes, limit: int) -> bool:
@@ -125,6 +137,9 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         # Bytes of requests read here and not yet taken by a request thread, and their bound.
         self.buffered = 0
         self.buffer_limit = read_buffer_bytes()
+        # Connections being read, by the address they come from, and their bound.
+        self.reading_from: Counter[Any] = Counter()
+        self.address_limit = reading_per_address()
         # A request head larger than gunicorn accepts is handed on (and refused there).
         self.head_limit = (
             self.cfg.limit_request_line
@@ -168,8 +183,21 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     # --- reading in the poller ------------------------------------------------------------
 
     def start_reading(self, conn: TConn) -> None:
+        address = _address(conn)
+        if (
+            self.address_limit
+            and self.reading_from[address] >= self.address_limit
+            and not negotiation.peer_trusted_for_h2c(self.cfg, conn.client)  # a proxy
+        ):
+            self.refuse(
+                conn,
+                "TASKDESK_READING_PER_ADDRESS (%d) of its connections are being read",
+                self.address_limit,
+            )
+            return
         limit = self.head_limit + MAX_BUFFERED_BODY
         self.reading[conn] = (time.monotonic() + self.header_timeout, Arriving(limit))
+        self.reading_from[address] += 1
         # Often the whole request is there already (a kept-alive connection was readable):
         # then it goes to a thread without a round through the poller.
         if not self.read_some(conn):
@@ -200,7 +228,7 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         self.buffered += len(chunk)
         if not arriving.add(chunk):
             return False
-        del self.reading[conn]
+        self.stop_reading(conn)
         conn.preread = bytes(arriving.data)  # still counted, until a thread takes it
         conn.data_ready = True
         self.enqueue_req(conn)
@@ -214,15 +242,11 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
             victim = max(self.reading, key=lambda c: len(self.reading[c][1].data))
             if not self.reading[victim][1].data:
                 victim = conn  # the budget is all whole requests waiting: refuse the newcomer
-            self.log.warning(
-                "refused a connection from %s with 503: this web process holds "
-                "TASKDESK_READ_BUFFER_BYTES (%d) of requests",
-                _address(victim),
+            self.refuse(
+                victim,
+                "this web process holds TASKDESK_READ_BUFFER_BYTES (%d) of requests",
                 self.buffer_limit,
             )
-            with contextlib.suppress(OSError):
-                victim.sock.send(REFUSED)
-            self.drop(victim)
             if victim is conn:
                 return 0
         return self.buffer_limit - self.buffered
@@ -231,10 +255,28 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         """A request thread took SIZE buffered bytes (in the poller's thread)."""
         self.buffered -= size
 
-    def drop(self, conn: TConn) -> None:
+    def refuse(self, conn: TConn, why: str, *args: Any) -> None:
+        """Answer CONN 503 busy (if it can take it at once), close it, and log WHY."""
+        self.log.warning("refused a connection from %s with 503: " + why, _address(conn), *args)
+        with contextlib.suppress(OSError):
+            conn.sock.send(REFUSED)
+        self.drop(conn)
+
+    def stop_reading(self, conn: TConn) -> Arriving | None:
+        """Forget CONN among the connections being read; what it read is still counted."""
         reading = self.reading.pop(conn, None)
-        if reading is not None:
-            self.buffered -= len(reading[1].data)
+        if reading is None:
+            return None
+        address = _address(conn)
+        self.reading_from[address] -= 1
+        if not self.reading_from[address]:
+            del self.reading_from[address]
+        return reading[1]
+
+    def drop(self, conn: TConn) -> None:
+        arriving = self.stop_reading(conn)
+        if arriving is not None:
+            self.buffered -= len(arriving.data)
         with contextlib.suppress(OSError, KeyError, ValueError):
             self.poller.unregister(conn.sock)
         self.nr_conns -= 1

@@ -24,6 +24,7 @@ from config.web_worker import (
     HeaderTimeoutWorker,
     header_timeout,
     read_buffer_bytes,
+    reading_per_address,
     request_complete,
 )
 
@@ -131,10 +132,10 @@ class Worker:
         monkeypatch.setattr(self.worker, "enqueue_req", self.handed.append)
         self.clients: list[socket.socket] = []
 
-    def connect(self) -> tuple[socket.socket, TConn]:
+    def connect(self, address: str = "10.0.0.1") -> tuple[socket.socket, TConn]:
         client, server = socket.socketpair()
         self.clients.append(client)
-        conn = TConn(self.worker.cfg, server, ("10.0.0.1", 1234), ("127.0.0.1", 8000))
+        conn = TConn(self.worker.cfg, server, (address, 1234), ("127.0.0.1", 8000))
         self.worker.nr_conns += 1
         self.worker.start_reading(conn)
         return client, conn
@@ -256,3 +257,47 @@ def test_whole_requests_waiting_for_a_thread_are_not_refused(web) -> None:  # ty
     client.settimeout(5)
     assert client.recv(64).startswith(b"HTTP/1.1 503")
     assert web.handed == waiting
+
+
+# --- connections of one address being read at once (TASKDESK_READING_PER_ADDRESS) ----------
+
+
+def test_the_bound_per_address_comes_from_the_environment(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.delenv("TASKDESK_READING_PER_ADDRESS", raising=False)
+    assert reading_per_address() == 64
+    monkeypatch.setenv("TASKDESK_READING_PER_ADDRESS", "0")
+    assert reading_per_address() == 0  # no bound
+    monkeypatch.setenv("TASKDESK_READING_PER_ADDRESS", "-1")
+    with pytest.raises(ImproperlyConfigured, match="TASKDESK_READING_PER_ADDRESS must be"):
+        reading_per_address()
+
+
+def test_one_address_may_have_so_many_connections_being_read(web) -> None:  # type: ignore[no-untyped-def]
+    web.worker.address_limit = 3
+    slow = [web.connect() for _ in range(3)]
+    for client, conn in slow:
+        web.send(client, conn, b"GET /livez HTTP/1.1\r\n")  # and the rest, slowly
+    assert web.worker.reading_from == {"10.0.0.1": 3}
+
+    client, conn = web.connect()  # one more from the same address: refused at once
+    assert conn not in web.worker.reading
+    client.settimeout(5)
+    assert client.recv(64).startswith(b"HTTP/1.1 503 Service Unavailable")
+    assert "TASKDESK_READING_PER_ADDRESS" in web.worker.log.warning.call_args.args[0]
+
+    # Other addresses, and the proxies gunicorn trusts (127.0.0.1 by default), are read.
+    web.connect("10.0.0.2")
+    for _ in range(4):
+        web.connect("127.0.0.1")
+    assert web.worker.reading_from == {"10.0.0.1": 3, "10.0.0.2": 1, "127.0.0.1": 4}
+
+    # A request that is whole makes room for the next connection of its address.
+    client, conn = slow[0]
+    web.send(client, conn, b"Host: x\r\n\r\n")
+    assert web.handed == [conn]
+    _, again = web.connect()
+    assert again in web.worker.reading
+    assert web.worker.reading_from["10.0.0.1"] == 3
+    for conn in list(web.worker.reading):
+        web.worker.drop(conn)
+    assert web.worker.reading_from == {}

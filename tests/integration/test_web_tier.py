@@ -12,6 +12,8 @@
 - Clients that send large bodies slowly over many connections do not grow a web process's
   memory past ``TASKDESK_READ_BUFFER_BYTES`` (the connections holding most are refused with
   503), and ``/livez`` keeps answering within a second meanwhile.
+- One address may have ``TASKDESK_READING_PER_ADDRESS`` connections being read at once; one
+  more is refused with 503, and room comes back as they end.
 - The nginx configuration of deploy/ serves the stack (skipped when nginx is not installed).
 """
 
@@ -317,6 +319,39 @@ def test_clients_that_send_large_bodies_slowly_cannot_grow_a_web_process(
     assert all(g < budget * 4 for g in growth.values()), growth
     assert refused and all(r.startswith(b"HTTP/1.1 503") for r in refused if r), refused[:3]
     assert "holds TASKDESK_READ_BUFFER_BYTES (8388608) of requests" in log
+
+
+def test_one_address_may_have_so_many_connections_being_read(transactional_db) -> None:
+    # 127.0.0.1 is not a trusted proxy here, so the bound applies to the test's connections.
+    env = {
+        "WEB_WORKERS": "1",
+        "TASKDESK_READING_PER_ADDRESS": "4",
+        "FORWARDED_ALLOW_IPS": "10.9.9.9",
+    }
+    with live_stack(env=env, worker=False, beat=False) as stack:
+        address = ("127.0.0.1", stack.port)
+        slow = [socket.create_connection(address) for _ in range(4)]
+        try:
+            for sock in slow:
+                sock.sendall(b"GET /livez HTTP/1.1\r\n")  # and the rest, slowly
+            time.sleep(0.5)  # all four accepted and being read
+            with socket.create_connection(address, timeout=5) as sock:
+                sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+                refused = sock.recv(4096)
+            slow.pop().close()
+            wait_for(
+                "room for one more connection",
+                lambda: _answers(f"{stack.url}/livez"),
+                timeout=5,
+            )
+        finally:
+            for sock in slow:
+                sock.close()
+        log = stack.log("web")
+
+    assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
+    assert b'"reason": "busy"' in refused
+    assert "TASKDESK_READING_PER_ADDRESS (4) of its connections are being read" in log
 
 
 NGINX = shutil.which("nginx") or next(

@@ -64,13 +64,18 @@ def env_bool(name: str, default: bool = False) -> bool:
     raise _bad(name, "a boolean (1/0, true/false, yes/no, on/off)", raw)
 
 
+def _shown(bound: float) -> str:
+    """A bound as the user writes it: an integer in full (2097152, not 2.09715e+06)."""
+    return str(bound) if isinstance(bound, int) else f"{bound:g}"
+
+
 def _range(minimum: float | None, maximum: float | None) -> str:
     if minimum is not None and maximum is not None:
-        return f" from {minimum:g} to {maximum:g}"
+        return f" from {_shown(minimum)} to {_shown(maximum)}"
     if minimum is not None:
-        return f" of at least {minimum:g}"
+        return f" of at least {_shown(minimum)}"
     if maximum is not None:
-        return f" of at most {maximum:g}"
+        return f" of at most {_shown(maximum)}"
     return ""
 
 
@@ -78,9 +83,9 @@ def _check_range(
     name: str, value: float, raw: str, minimum: float | None, maximum: float | None
 ) -> None:
     if minimum is not None and value < minimum:
-        raise _bad(name, f"at least {minimum:g}", raw.strip())
+        raise _bad(name, f"at least {_shown(minimum)}", raw.strip())
     if maximum is not None and value > maximum:
-        raise _bad(name, f"at most {maximum:g}", raw.strip())
+        raise _bad(name, f"at most {_shown(maximum)}", raw.strip())
 
 
 def env_int(

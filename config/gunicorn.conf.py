@@ -11,7 +11,7 @@ from typing import Any
 from django.conf import settings
 
 from config.env import env_int, load_settings, settings_errors_end_the_process
-from config.web_worker import header_timeout
+from config.web_worker import header_timeout, read_buffer_bytes, reading_per_address
 
 # The master loads Django's settings before it starts a web process: a malformed setting
 # ends gunicorn here with one line naming it (config/env.py), rather than every web process
@@ -28,13 +28,17 @@ with settings_errors_end_the_process():
     # cost memory (about 60 MiB each). Measured on 2 cores: docs/benchmarks.md.
     workers = env_int("WEB_WORKERS", max(2, multiprocessing.cpu_count()), minimum=1)
     header_timeout()  # read by each web process's worker (below); checked here, once
+    read_buffer_bytes()  # likewise
+    reading_per_address()
 # Threads keep a streaming (SSE) response from blocking a whole worker process. Of these,
 # TASKDESK_RESERVED_THREADS (2) are never taken by held work (streams, synchronous runs,
 # waits: tasks_app/mcp/limits.py), so quick requests always find one (config/settings.py).
 threads = settings.WEB_THREADS
 # The worker is gthread's, but it reads each request in its poller and hands a thread only
 # whole requests: a client whose headers are not complete within
-# TASKDESK_HEADER_TIMEOUT_SECONDS (10) is dropped instead of holding a thread
+# TASKDESK_HEADER_TIMEOUT_SECONDS (10) is dropped instead of holding a thread, and what a
+# process holds of requests it is reading is bounded by TASKDESK_READ_BUFFER_BYTES (32 MiB),
+# and the connections of one address it reads at once by TASKDESK_READING_PER_ADDRESS (64)
 # (config/web_worker.py).
 worker_class = "config.web_worker.HeaderTimeoutWorker"
 # Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new

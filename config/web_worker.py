@@ -13,6 +13,19 @@ connection) is closed. What was read is put
 back in front of the socket (the parser's unreader), so the request thread parses it as
 gunicorn always does.
 
+What a web process holds of requests still arriving, and of whole ones waiting for a thread,
+is bounded by ``TASKDESK_READ_BUFFER_BYTES`` (32 MiB). Without it, one client opening many
+connections that each send a large body slowly made a process buffer up to about 1.8 MB per
+connection, for gunicorn's 1000 connections. A read that would go over it first refuses
+the connection holding the most bytes still arriving (503, closed, logged): that is the one
+sending a large request slowest, and a small request (a health check) still gets through.
+A slow body is not handed to a thread instead: that would trade memory for the threads.
+One address may have at most ``TASKDESK_READING_PER_ADDRESS`` (64) connections being read
+at once in a process; one more is refused the same way. Else a client sending its headers
+slowly, as such a client does by design, takes the process's 1000 connections (gunicorn's
+``worker_connections``) and nobody else is accepted until they time out. The proxies gunicorn
+trusts (``FORWARDED_ALLOW_IPS``, 127.0.0.1 by default) are not bounded: they speak for many.
+
 TLS connections (gunicorn's own ``certfile``) keep gthread's behaviour: the handshake needs
 a blocking socket. Production terminates TLS in the proxy (docs/deploy.md).
 """
@@ -24,13 +37,14 @@ import errno
 import re
 import selectors
 import time
+from collections import Counter
 from functools import partial
 from typing import Any
 
 from gunicorn.http2 import negotiation  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
-from config.env import env_float
+from config.env import env_float, env_int
 
 #: Read at most this much per request in the poller (headers plus a small body).
 MAX_BUFFERED_BODY = 1024 * 1024
@@ -45,6 +59,18 @@ def header_timeout() -> float:
     ImproperlyConfigured naming it (config/env.py), which gunicorn's master reports in one
     line (config/gunicorn.conf.py reads it before any web process starts)."""
     return max(0.1, env_float("TASKDESK_HEADER_TIMEOUT_SECONDS", 10.0))
+
+
+def read_buffer_bytes() -> int:
+    """``TASKDESK_READ_BUFFER_BYTES``: at least 2 MiB, room for one request of the largest
+    size read in the poller (gunicorn's head limits plus ``MAX_BUFFERED_BODY``)."""
+    return env_int("TASKDESK_READ_BUFFER_BYTES", 32 * 1024 * 1024, minimum=2 * 1024 * 1024)
+
+
+def reading_per_address() -> int:
+    """``TASKDESK_READING_PER_ADDRESS``: connections of one address a process reads at
+    once; 0 for no bound."""
+    return env_int("TASKDESK_READING_PER_ADDRESS", 64, minimum=0)
 
 
 def request_complete(data: bytes, limit: int) -> bool:
@@ -90,12 +116,30 @@ def _whole_at(head: bytes, body_start: int) -> int:
     return 0 if size > MAX_BUFFERED_BODY else body_start + size
 
 
+# The answer to a connection refused for want of buffer room, as the project's other 503s.
+_BUSY = (
+    b'{"jsonrpc": "2.0", "id": null, "error": {"code": -32000, "message": "The server is '
+    b'reading too many requests at once; try again shortly", "data": {"reason": "busy", '
+    b'"retryAfterMs": 1000}}}'
+)
+REFUSED = (
+    b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
+    b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY), _BUSY)
+)
+
+
 class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout = header_timeout()
         # Connections whose request is still arriving: conn -> (deadline, what came so far).
         self.reading: dict[TConn, tuple[float, Arriving]] = {}
+        # Bytes of requests read here and not yet taken by a request thread, and their bound.
+        self.buffered = 0
+        self.buffer_limit = read_buffer_bytes()
+        # Connections being read, by the address they come from, and their bound.
+        self.reading_from: Counter[Any] = Counter()
+        self.address_limit = reading_per_address()
         # A request head larger than gunicorn accepts is handed on (and refused there).
         self.head_limit = (
             self.cfg.limit_request_line
@@ -139,8 +183,21 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     # --- reading in the poller ------------------------------------------------------------
 
     def start_reading(self, conn: TConn) -> None:
+        address = _address(conn)
+        if (
+            self.address_limit
+            and self.reading_from[address] >= self.address_limit
+            and not negotiation.peer_trusted_for_h2c(self.cfg, conn.client)  # a proxy
+        ):
+            self.refuse(
+                conn,
+                "TASKDESK_READING_PER_ADDRESS (%d) of its connections are being read",
+                self.address_limit,
+            )
+            return
         limit = self.head_limit + MAX_BUFFERED_BODY
         self.reading[conn] = (time.monotonic() + self.header_timeout, Arriving(limit))
+        self.reading_from[address] += 1
         # Often the whole request is there already (a kept-alive connection was readable):
         # then it goes to a thread without a round through the poller.
         if not self.read_some(conn):
@@ -156,8 +213,11 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     def read_some(self, conn: TConn) -> bool:
         """Read what CONN has sent; True once it is done here (handed on, or closed)."""
         _deadline, arriving = self.reading[conn]
+        room = self.make_room(conn)
+        if not room:
+            return True  # CONN itself was refused
         try:
-            chunk = conn.sock.recv(65536)
+            chunk = conn.sock.recv(min(65536, room))
         except (BlockingIOError, InterruptedError):
             return False
         except OSError:
@@ -165,16 +225,58 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         if not chunk:
             self.drop(conn)  # the client closed the connection
             return True
+        self.buffered += len(chunk)
         if not arriving.add(chunk):
             return False
-        del self.reading[conn]
-        conn.preread = bytes(arriving.data)
+        self.stop_reading(conn)
+        conn.preread = bytes(arriving.data)  # still counted, until a thread takes it
         conn.data_ready = True
         self.enqueue_req(conn)
         return True
 
+    def make_room(self, conn: TConn) -> int:
+        """Room left in the buffer budget for CONN's next read. When there is none, the
+        connection holding the most bytes still arriving is refused, until there is (or CONN
+        itself was: then 0). Whole requests waiting for a thread are not refused."""
+        while self.buffered >= self.buffer_limit:
+            victim = max(self.reading, key=lambda c: len(self.reading[c][1].data))
+            if not self.reading[victim][1].data:
+                victim = conn  # the budget is all whole requests waiting: refuse the newcomer
+            self.refuse(
+                victim,
+                "this web process holds TASKDESK_READ_BUFFER_BYTES (%d) of requests",
+                self.buffer_limit,
+            )
+            if victim is conn:
+                return 0
+        return self.buffer_limit - self.buffered
+
+    def taken(self, size: int) -> None:
+        """A request thread took SIZE buffered bytes (in the poller's thread)."""
+        self.buffered -= size
+
+    def refuse(self, conn: TConn, why: str, *args: Any) -> None:
+        """Answer CONN 503 busy (if it can take it at once), close it, and log WHY."""
+        self.log.warning("refused a connection from %s with 503: " + why, _address(conn), *args)
+        with contextlib.suppress(OSError):
+            conn.sock.send(REFUSED)
+        self.drop(conn)
+
+    def stop_reading(self, conn: TConn) -> Arriving | None:
+        """Forget CONN among the connections being read; what it read is still counted."""
+        reading = self.reading.pop(conn, None)
+        if reading is None:
+            return None
+        address = _address(conn)
+        self.reading_from[address] -= 1
+        if not self.reading_from[address]:
+            del self.reading_from[address]
+        return reading[1]
+
     def drop(self, conn: TConn) -> None:
-        self.reading.pop(conn, None)
+        arriving = self.stop_reading(conn)
+        if arriving is not None:
+            self.buffered -= len(arriving.data)
         with contextlib.suppress(OSError, KeyError, ValueError):
             self.poller.unregister(conn.sock)
         self.nr_conns -= 1
@@ -188,7 +290,7 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
             self.log.info(
                 "closed a connection from %s: request headers not complete within %g s "
                 "(TASKDESK_HEADER_TIMEOUT_SECONDS)",
-                conn.client[0] if isinstance(conn.client, tuple) else conn.client,
+                _address(conn),
                 self.header_timeout,
             )
             self.drop(conn)
@@ -199,7 +301,12 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         preread = getattr(conn, "preread", None)
         if preread:
             conn.preread = None
+            self.method_queue.defer(self.taken, len(preread))
             conn.sock.setblocking(True)
             conn.init()
             conn.parser.unreader.unread(preread)
         return super().handle(conn)
+
+
+def _address(conn: TConn) -> Any:
+    return conn.client[0] if isinstance(conn.client, tuple) else conn.client

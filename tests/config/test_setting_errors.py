@@ -127,6 +127,16 @@ def test_a_well_formed_environment_passes(tmp_path) -> None:  # type: ignore[no-
             "abc",
             "TASKDESK_HEADER_TIMEOUT_SECONDS must be a number, not 'abc'",
         ),
+        (
+            "TASKDESK_READ_BUFFER_BYTES",
+            "1000",
+            "TASKDESK_READ_BUFFER_BYTES must be at least 2097152, not '1000'",
+        ),
+        (
+            "TASKDESK_READING_PER_ADDRESS",
+            "many",
+            "TASKDESK_READING_PER_ADDRESS must be an integer of at least 0, not 'many'",
+        ),
     ],
 )
 def test_gunicorn_ends_before_any_web_process_with_one_line(tmp_path, name, value, line) -> None:  # type: ignore[no-untyped-def]

@@ -9,6 +9,11 @@
 - Clients that send their headers a line every two seconds are dropped after
   ``TASKDESK_HEADER_TIMEOUT_SECONDS`` and never hold a request thread: ``/livez`` keeps
   answering within a second meanwhile.
+- Clients that send large bodies slowly over many connections do not grow a web process's
+  memory past ``TASKDESK_READ_BUFFER_BYTES`` (the connections holding most are refused with
+  503), and ``/livez`` keeps answering within a second meanwhile.
+- One address may have ``TASKDESK_READING_PER_ADDRESS`` connections being read at once; one
+  more is refused with 503, and room comes back as they end.
 - The nginx configuration of deploy/ serves the stack (skipped when nginx is not installed).
 """
 
@@ -228,6 +233,125 @@ def test_clients_that_send_their_headers_slowly_are_dropped_and_hold_no_thread(
     assert p99(latencies) < 1
     assert all(6 <= d < 6 + 1.5 for d in dropped), dropped  # swept once a second
     assert "request headers not complete within 6 s" in log
+
+
+SLOW_BODIES = 240
+BODY_SIZE = 1_000_000
+
+
+def rss_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+def test_clients_that_send_large_bodies_slowly_cannot_grow_a_web_process(
+    transactional_db,
+) -> None:
+    # Without the bound, 240 connections each holding 900 KB of a 1 MB body would make the
+    # two web processes buffer about 100 MB each.
+    budget = 8 * 1024 * 1024
+    env = {
+        "WEB_WORKERS": "2",
+        "TASKDESK_HEADER_TIMEOUT_SECONDS": "30",  # the bodies outlive the test
+        "TASKDESK_READ_BUFFER_BYTES": str(budget),
+    }
+    with live_stack(env=env, worker=False, beat=False) as stack:
+        pids = stack.pool_pids("web")
+        assert len(pids) == 2, pids
+        for _ in range(20):  # warm: the processes' own memory before the bodies
+            httpx.get(f"{stack.url}/livez", timeout=10)
+        before = {pid: rss_bytes(pid) for pid in pids}
+        refused: list[bytes] = []  # what a refused client read (b"" when reset)
+        stop = threading.Event()
+        head = (
+            f"POST /mcp HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {BODY_SIZE}\r\n\r\n"
+        ).encode()
+
+        def slow_body() -> None:
+            with (
+                contextlib.suppress(OSError),
+                socket.create_connection(("127.0.0.1", stack.port)) as sock,
+            ):
+                sock.sendall(head)
+                for _ in range(15):  # 900 KB at once-ish, then a byte a second
+                    sock.sendall(b"a" * 60_000)
+                    time.sleep(0.02)
+                while not stop.is_set():
+                    readable, _, _ = select.select([sock], [], [], 1)
+                    if readable:
+                        try:
+                            refused.append(sock.recv(4096))
+                        except OSError:  # reset: closed with bytes of the body unread
+                            refused.append(b"")
+                        return
+                    sock.sendall(b"a")
+
+        slow = [threading.Thread(target=slow_body, daemon=True) for _ in range(SLOW_BODIES)]
+        for thread in slow:
+            thread.start()
+        latencies = []
+        peak = dict(before)
+        deadline = time.monotonic() + 10
+        try:
+            while time.monotonic() < deadline:
+                seconds, response = timed(lambda: httpx.get(f"{stack.url}/livez", timeout=10))
+                assert response.status_code == 200
+                latencies.append(seconds)
+                for pid in pids:
+                    peak[pid] = max(peak[pid], rss_bytes(pid))
+                time.sleep(0.05)
+        finally:
+            stop.set()
+        log = stack.log("web")
+
+    growth = {pid: peak[pid] - before[pid] for pid in pids}
+    print(
+        f"/livez p99 {p99(latencies) * 1000:.0f} ms over {len(latencies)}; RSS growth "
+        f"{', '.join(f'{g / 2**20:.1f} MiB' for g in growth.values())}; "
+        f"{log.count('refused a connection')} connections refused, {len(refused)} seen by "
+        f"their client ({sum(r.startswith(b'HTTP/1.1 503') for r in refused)} read the 503)"
+    )
+    assert p99(latencies) < 1
+    # The budget, plus what the allocator keeps of buffers it has freed.
+    assert all(g < budget * 4 for g in growth.values()), growth
+    assert refused and all(r.startswith(b"HTTP/1.1 503") for r in refused if r), refused[:3]
+    assert "holds TASKDESK_READ_BUFFER_BYTES (8388608) of requests" in log
+
+
+def test_one_address_may_have_so_many_connections_being_read(transactional_db) -> None:
+    # 127.0.0.1 is not a trusted proxy here, so the bound applies to the test's connections.
+    env = {
+        "WEB_WORKERS": "1",
+        "TASKDESK_READING_PER_ADDRESS": "4",
+        "FORWARDED_ALLOW_IPS": "10.9.9.9",
+    }
+    with live_stack(env=env, worker=False, beat=False) as stack:
+        address = ("127.0.0.1", stack.port)
+        slow = [socket.create_connection(address) for _ in range(4)]
+        try:
+            for sock in slow:
+                sock.sendall(b"GET /livez HTTP/1.1\r\n")  # and the rest, slowly
+            time.sleep(0.5)  # all four accepted and being read
+            with socket.create_connection(address, timeout=5) as sock:
+                sock.sendall(b"GET /livez HTTP/1.1\r\nHost: x\r\n\r\n")
+                refused = sock.recv(4096)
+            slow.pop().close()
+            wait_for(
+                "room for one more connection",
+                lambda: _answers(f"{stack.url}/livez"),
+                timeout=5,
+            )
+        finally:
+            for sock in slow:
+                sock.close()
+        log = stack.log("web")
+
+    assert refused.startswith(b"HTTP/1.1 503 Service Unavailable\r\n"), refused
+    assert b'"reason": "busy"' in refused
+    assert "TASKDESK_READING_PER_ADDRESS (4) of its connections are being read" in log
 
 
 NGINX = shutil.which("nginx") or next(

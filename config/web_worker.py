@@ -122,6 +122,31 @@ _BUSY = (
     b'reading too many requests at once; try again shortly", "data": {"reason": "busy", '
     b'"retryAfterMs": 1000}}}'
 )
+
+
+class _NowAndThen:
+    """A log line at most every SECONDS: a client that makes the worker refuse or drop
+    connections by the hundred must not write a line for each. The line after a quiet spell
+    says how many were left out."""
+
+    def __init__(self, seconds: float = 10.0) -> None:
+        self.seconds = seconds
+        self.next_at = 0.0
+        self.left_out = 0
+
+    def __call__(self, write: Any, message: str, *args: Any) -> None:
+        now = time.monotonic()
+        if now < self.next_at:
+            self.left_out += 1
+            return
+        if self.left_out:
+            message += " (and %d more like it in the last %g s)"
+            args = (*args, self.left_out, self.seconds)
+        write(message, *args)
+        self.left_out = 0
+        self.next_at = now + self.seconds
+
+
 REFUSED = (
     b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Type: application/json\r\n"
     b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(_BUSY), _BUSY)
@@ -132,6 +157,8 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.header_timeout = header_timeout()
+        self.refused_now_and_then = _NowAndThen()
+        self.late_now_and_then = _NowAndThen()
         # Connections whose request is still arriving: conn -> (deadline, what came so far).
         self.reading: dict[TConn, tuple[float, Arriving]] = {}
         # Bytes of requests read here and not yet taken by a request thread, and their bound.
@@ -257,7 +284,12 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
 
     def refuse(self, conn: TConn, why: str, *args: Any) -> None:
         """Answer CONN 503 busy (if it can take it at once), close it, and log WHY."""
-        self.log.warning("refused a connection from %s with 503: " + why, _address(conn), *args)
+        self.refused_now_and_then(
+            self.log.warning,
+            "refused a connection from %s with 503: " + why,
+            _address(conn),
+            *args,
+        )
         with contextlib.suppress(OSError):
             conn.sock.send(REFUSED)
         self.drop(conn)
@@ -287,7 +319,8 @@ class HeaderTimeoutWorker(ThreadWorker):  # type: ignore[misc]
         now = time.monotonic()
         late = [conn for conn, (deadline, _) in self.reading.items() if deadline <= now]
         for conn in late:
-            self.log.info(
+            self.late_now_and_then(
+                self.log.info,
                 "closed a connection from %s: request headers not complete within %g s "
                 "(TASKDESK_HEADER_TIMEOUT_SECONDS)",
                 _address(conn),

@@ -301,3 +301,16 @@ def test_one_address_may_have_so_many_connections_being_read(web) -> None:  # ty
     for conn in list(web.worker.reading):
         web.worker.drop(conn)
     assert web.worker.reading_from == {}
+
+
+def test_refusals_by_the_hundred_write_a_line_now_and_then() -> None:
+    from config.web_worker import _NowAndThen
+
+    lines: list[str] = []
+    quiet = _NowAndThen(seconds=0.2)
+    for n in range(100):
+        quiet(lambda message, *args: lines.append(message % args), "refused %d", n)
+    assert lines == ["refused 0"]
+    time.sleep(0.25)
+    quiet(lambda message, *args: lines.append(message % args), "refused %d", 100)
+    assert lines[1] == "refused 100 (and 99 more like it in the last 0.2 s)"

@@ -63,7 +63,7 @@ FROM generate_series(1, 20) AS i;
 -- Task g = 1 is the newest; one is accepted every 30 days / N.
 INSERT INTO tasks_app_task (id, client_id, tool_name, arguments, fingerprint, idempotency_key,
     status, status_message, era, poll_interval_ms, leg, lease_owner, created_at, updated_at,
-    finished_at, is_error, result)
+    finished_at, is_error, result, stored_bytes)
 SELECT md5('task' || g), c.id, t.tool, '{{}}'::jsonb, md5('fp' || g),
        CASE WHEN g % 4 < 2 THEN 'order-' || g END,
        s.status,
@@ -73,10 +73,7 @@ SELECT md5('task' || g), c.id, t.tool, '{{}}'::jsonb, md5('fp' || g),
        CASE WHEN s.status IN ('completed', 'failed', 'cancelled')
             THEN s.created + (random() * 120) * interval '1 second' END,
        s.status = 'completed' AND g % 40 = 7,
-       CASE WHEN s.status = 'completed' AND g % 40 = 7 THEN jsonb_build_object(
-            'content', jsonb_build_array(jsonb_build_object(
-                'type', 'text', 'text', 'Refund of p-' || g || ' was not approved')),
-            'isError', true) END
+       r.result, 2 + coalesce(octet_length(r.result::text), 0)
 FROM generate_series(1, {n}) AS g
 CROSS JOIN LATERAL (
     SELECT now() - (g - 1) * (interval '30 days' / {n}) AS created, random() AS r
@@ -93,6 +90,12 @@ CROSS JOIN LATERAL (
                  ELSE 'completed' END
         END AS status
 ) AS s
+CROSS JOIN LATERAL (
+    SELECT CASE WHEN s.status = 'completed' AND g % 40 = 7 THEN jsonb_build_object(
+            'content', jsonb_build_array(jsonb_build_object(
+                'type', 'text', 'text', 'Refund of p-' || g || ' was not approved')),
+            'isError', true) END AS result
+) AS r
 JOIN tasks_app_client c ON c.name = 'client-' || lpad((1 + (g * 7) % 20)::text, 2, '0')
 CROSS JOIN LATERAL (
     -- "+ 0 * g" ties the draw to the row: without it the subquery is run once, for all rows.

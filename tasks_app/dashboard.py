@@ -134,6 +134,7 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
             "first_url": _url("task_list", filters.query()) if cursor else "",
             "from_list": urlencode(here),
             "sort_label": listing.SORTS[filters.sort].label,
+            "exact_up_to": listing.COUNT_EXACT_UP_TO,
         }
     )
     template = "tasks_app/task_list.html"

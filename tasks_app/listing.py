@@ -39,7 +39,7 @@ from tasks_app.selectors import (
 )
 
 PAGE_SIZE = 50
-COUNT_EXACT_UP_TO = 10_000
+COUNT_EXACT_UP_TO = 1_000
 # A search shorter than this finds ids by prefix, keys exactly and tools and clients by
 # substring, but not keys and status messages by substring: a trigram index needs three.
 SEARCH_SUBSTRING_FROM = 3
@@ -574,11 +574,12 @@ def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
     """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
 
     On PostgreSQL the planner is asked first (a fraction of a millisecond): a count it
-    expects far above the limit is not counted at all, which is what keeps the counts of a
-    million tasks cheap.
+    expects above the limit is not counted at all, which is what keeps the counts of a
+    million tasks cheap (counting even the capped rows of a filter that matches few of many
+    tasks walks an index for thousands of entries).
     """
     postgres = connections[qs.db].vendor == "postgresql"
-    if postgres and guess_first and (guess := _planner_estimate(qs)) > 2 * COUNT_EXACT_UP_TO:
+    if postgres and guess_first and (guess := _planner_estimate(qs)) > COUNT_EXACT_UP_TO:
         return Count(guess, estimate=True)
     capped = qs.values("pk")[: COUNT_EXACT_UP_TO + 1].count()
     if capped <= COUNT_EXACT_UP_TO:

@@ -13,6 +13,9 @@ Then:
 2. **The side-by-side table.** ``../shared/bench/side_by_side.sh`` against the running stack,
    then against the peer, and the ratios it prints; plus the peak RSS of all Taskdesk
    processes (the peer's ``rss`` row is its two processes).
+3. **Webhooks.** On PostgreSQL + Redis, accept and end to end again without and with one
+   webhook endpoint (every event) on the bench client, alternately, twice each, against a
+   local receiver that answers at once.
 
 Prints both tables and writes them into docs/benchmarks.md (``BENCH_NO_DOCS=1`` leaves the
 docs alone). Run it on a quiet machine: the absolute figures move with whatever else runs;
@@ -20,7 +23,8 @@ the ratio of the two back-to-back runs is the figure to trust.
 
 Environment: BENCH_STACK (postgres | embedded | both; default postgres), BENCH_POSTGRES,
 BENCH_REDIS (default redis://127.0.0.1:6379/3), BENCH_SHARED (default ../shared/bench),
-BENCH_SKIP_PEER=1 (our figures only), BENCH_KEEP=1 (keep the logs).
+BENCH_SKIP_PEER=1 (our figures only), BENCH_SKIP_WEBHOOKS=1 (no webhook phase), BENCH_KEEP=1
+(keep the logs).
 """
 
 from __future__ import annotations
@@ -34,9 +38,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -154,8 +160,9 @@ def delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]
 
 
 @contextlib.contextmanager
-def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
-    """``make run`` on its own port, database and var folder; yields (URL, pid, token)."""
+def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str, dict[str, str]]]:
+    """``make run`` on its own port, database and var folder; yields (URL, pid, token, the
+    stack's environment)."""
     port = free_port()
     env = {**os.environ, "PORT": str(port), "TASKDESK_VAR_DIR": str(workdir / "var")}
     # The shipped defaults, not a developer's overrides (BENCH_ENV="NAME=VALUE ..." sets some
@@ -163,6 +170,8 @@ def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
     for name in ("DATABASE_URL", "CELERY_BROKER_URL", "WEB_WORKERS", "WEB_THREADS", "LOG_LEVEL"):
         env.pop(name, None)
     env.update(item.split("=", 1) for item in os.environ.get("BENCH_ENV", "").split())
+    # The webhook phase's receiver listens on loopback over plain http.
+    env["TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK"] = "1"
     with contextlib.ExitStack() as stack_:
         if stack == "postgres":
             env["DATABASE_URL"] = stack_.enter_context(database("taskdesk_shipped"))
@@ -200,7 +209,7 @@ def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str]]:
         )
         token = out.stdout.strip().splitlines()[-1].strip()
         time.sleep(3)  # the worker and beat settle
-        yield f"{url}/mcp", proc.pid, token
+        yield f"{url}/mcp", proc.pid, token, env
 
 
 # --- phase 1: CPU per task ----------------------------------------------------------------
@@ -386,17 +395,103 @@ def write_docs(text: str) -> None:
     DOCS.write_text(docs)
 
 
+# --- phase 3: the same stack with a webhook endpoint on its client ---------------------------
+
+WEBHOOK_EVENTS = ("task.completed", "task.failed", "task.cancelled", "task.input_required",
+                  "effect.unknown")  # fmt: skip
+
+
+class _Receiver(BaseHTTPRequestHandler):
+    """Takes every delivery at once (204) and counts it."""
+
+    received = 0
+    lock = threading.Lock()
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers.get("Content-Length", "0")))
+        with _Receiver.lock:
+            _Receiver.received += 1
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+def _manage(env: dict[str, str], *args: str) -> str:
+    out = subprocess.run([str(ROOT / ".venv/bin/python"), "manage.py", *args], cwd=ROOT, env=env,
+                         capture_output=True, text=True, check=True)  # fmt: skip
+    return out.stdout
+
+
+def with_webhooks(url: str, token: str, env: dict[str, str], client: str) -> dict[str, Any]:
+    """Accept (wrk, 10 s) and end to end (2,000 tasks) without and with one webhook endpoint
+    (every event) on the client, alternately, twice each; the endpoint is a local receiver
+    that answers 204 at once, so what is measured is Taskdesk's side of the deliveries."""
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    hook = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    _manage(env, "add_webhook", "--client", client, "--url", hook, "--events", *WEBHOOK_EVENTS)
+    auth = f"Bearer {token}"
+    wrk_env = {**os.environ, "BENCH_TOOL": TOOL, "BENCH_ARGS": TOOL_ARGS, "BENCH_AUTH": auth}
+    common = ["--tool", TOOL, "--args", TOOL_ARGS, "--timeout", "300"]
+    figures: dict[str, dict[str, list[float]]] = {
+        "without": {"accept": [], "e2e": []},
+        "with": {"accept": [], "e2e": []},
+    }
+    try:
+        for label in ("without", "with", "without", "with"):
+            enabled = "True" if label == "with" else "False"
+            _manage(env, "shell", "-c", "from tasks_app.models import WebhookEndpoint; "
+                    f"WebhookEndpoint.objects.update(enabled={enabled})")  # fmt: skip
+            before = _Receiver.received
+            wrk = subprocess.run(
+                ["wrk", "-t2", "-c16", "-d10s", "--timeout", "10s", "-s", "accept.lua", url],
+                cwd=SHARED / "lua", env=wrk_env, capture_output=True, text=True,
+            )  # fmt: skip
+            accept = json.loads(wrk.stdout.split("BENCH_JSON ", 1)[1].splitlines()[0])
+            load("drain", url, *common)
+            e2e = load("e2e", url, *common, "--n", "2000", "--conc", "16", "--mode", "phased")
+            figures[label]["accept"].append(accept["ok_rps"])
+            figures[label]["e2e"].append(e2e["tasks_per_s"])
+            if label == "with":  # let the deliveries finish before the next round
+                expected = before + round(accept["ok_rps"] * accept["duration_s"]) + 2000
+                deadline = time.monotonic() + 120
+                while _Receiver.received < expected * 0.99 and time.monotonic() < deadline:
+                    time.sleep(0.5)
+            say(f"{label} webhooks: accept {accept['ok_rps']:.0f} req/s, "
+                f"end to end {e2e['tasks_per_s']:.0f} tasks/s")  # fmt: skip
+    finally:
+        server.shutdown()
+    return {"figures": figures, "delivered": _Receiver.received}
+
+
+def webhook_table(result: dict[str, Any]) -> str:
+    figures = result["figures"]
+    lines = ["| figure | without webhooks | with a webhook endpoint | with / without |",
+             "| --- | ---: | ---: | ---: |"]  # fmt: skip
+    for key, title in (("accept", "accept, req/s"), ("e2e", "end to end, tasks/s")):
+        off = statistics.median(figures["without"][key])
+        on = statistics.median(figures["with"][key])
+        lines.append(f"| {title} | {off:.1f} | {on:.1f} | {on / off:.2f} |")
+    return "\n".join(lines)
+
+
 def run(stack: str, workdir: Path) -> str:
     label = "PostgreSQL + Redis" if stack == "postgres" else "SQLite + the embedded broker"
     # The peer runs on Redis: it is measured beside the PostgreSQL + Redis stack only.
     peer = stack == "postgres" and os.environ.get("BENCH_SKIP_PEER") != "1"
     say(f"make run on {label}")
-    with make_run(stack, workdir) as (url, pid, token):
+    hooks: dict[str, Any] | None = None
+    with make_run(stack, workdir) as (url, pid, token, env):
         say("CPU per task, by process")
         cpu = cpu_per_task(url, token)
         say("side by side with the peer" if peer else "the side-by-side figures (ours only)")
         rows = side_by_side(url, token, pid, workdir / f"side-by-side-{stack}", peer=peer)
         rss = rss_of(pid)
+        if stack == "postgres" and os.environ.get("BENCH_SKIP_WEBHOOKS") != "1":
+            say("without and with a webhook endpoint on the client")
+            hooks = with_webhooks(url, token, env, f"bench-{stack}")
     ratios = ratio_table(rows)
     table = cpu_table(cpu)
     ratio_note = (
@@ -409,6 +504,13 @@ def run(stack: str, workdir: Path) -> str:
         f"### `make run` on {label}\n\n{ratios}\n\n{ratio_note}{rss_line(rows, rss)}\n\n"
         f"CPU per task by process (ms):\n\n{table}"
     )
+    if hooks is not None:
+        section += (
+            "\n\nWith a webhook endpoint (every event) on the client, against a local receiver "
+            "that answers at once; without and with alternately, twice each, the median of "
+            f"each ({hooks['delivered']:,} deliveries received; target: within 10 %):\n\n"
+            f"{webhook_table(hooks)}"
+        )
     print(section, flush=True)
     return section
 

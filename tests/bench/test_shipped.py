@@ -96,3 +96,15 @@ def test_the_memory_line_gives_peak_rss_beside_the_peer_and_pss(shipped) -> None
     assert "sum of VmHWM over 15 processes" in line
     assert "900 MiB; the peer's two processes: 240 MiB" in line
     assert "880 MiB of RSS and 540 MiB of PSS" in line
+
+
+def test_the_webhook_table_compares_the_medians_with_and_without(shipped) -> None:  # type: ignore[no-untyped-def]
+    result = {
+        "figures": {
+            "without": {"accept": [600.0, 580.0], "e2e": [300.0, 280.0]},
+            "with": {"accept": [570.0, 560.0], "e2e": [240.0, 260.0]},
+        }
+    }
+    rows = shipped.webhook_table(result).splitlines()
+    assert rows[2] == "| accept, req/s | 590.0 | 565.0 | 0.96 |"
+    assert rows[3] == "| end to end, tasks/s | 290.0 | 250.0 | 0.86 |"

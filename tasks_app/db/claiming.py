@@ -308,12 +308,14 @@ def claim_next_sqlite(
     # FLOOR, STANDBY and CHANNEL are PostgreSQL's: SQLite looks at every record and cannot
     # stand by.
     with transaction.atomic():
-        if drainer is not None:
-            drainers.refresh_sqlite(drainer, window)
-        _, found = prepared.execute(FAIR_NEXT_SQLITE, {})
-        if not found:
+        with connections[DEFAULT_DB_ALIAS].cursor() as cursor:
+            if drainer is not None:
+                cursor.execute(drainers.REFRESH_SQLITE, {"drainer": drainer, "window": window})
+            cursor.execute(FAIR_NEXT_SQLITE, {})
+            found = cursor.fetchone()
+        if found is None:
             return Looked(None)
-        dispatch_id, task_id, created_at, oldest = found[0]
+        dispatch_id, task_id, created_at, oldest = found
         claim = _claim_sqlite(task_id, dispatch_id, owner, now, lease_seconds)
         return Looked(Next(dispatch_id, claim, rows.as_datetime(created_at), oldest), oldest)
 

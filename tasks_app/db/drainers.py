@@ -72,10 +72,6 @@ def withdraw(drainer: str) -> None:
 # --- SQLite -------------------------------------------------------------------------------
 
 
-def refresh_sqlite(drainer: str, window: float) -> None:
-    prepared.execute(REFRESH_SQLITE, {"drainer": drainer, "window": float(window)})
-
-
 def drained_sqlite() -> bool:
     _, found = prepared.execute(DRAINED_SQLITE, {})
     return bool(found[0][0])

@@ -213,9 +213,9 @@ def _renew(now: str, later: str) -> str:
 RENEW_SQLITE = _renew(SQLITE_NOW, sqlite_later("lease"))
 RENEW_POSTGRESQL = _renew(POSTGRESQL_NOW, postgresql_later("lease"))
 
-# The fence (``holds``): the task's lease is still OWNER's, of generation LEG, and not expired
-# by the database's clock. A leg's writes lock the task row with it, in the same
-# transaction as the write; the end of a leg checks it in its statement.
+# The fence: the task's lease is still OWNER's, of generation LEG, and not expired by the
+# database's clock. A leg's writes lock the task row with it (``lock_leased``), in the same
+# transaction as the write; the end of a leg checks the same in its statement (``ending``).
 _HOLDS = "id = %(task_id)s AND lease_owner = %(owner)s AND leg = %(leg)s AND lease_expires_at > "
 HOLDS_SQLITE = _HOLDS + SQLITE_NOW
 HOLDS_POSTGRESQL = _HOLDS + POSTGRESQL_NOW

@@ -10,7 +10,8 @@ leases away and dispatches a new leg; replay of the journal makes that re-run sa
 
 Every expiry is set and compared on the database's clock, never this process's. Every write
 a leg makes checks its fence (owner, generation, unexpired) in the same statement or
-transaction (``db.holds``), so a leg frozen past its lease changes nothing when it wakes.
+transaction (``db.Backend.lock_leased``), so a leg frozen past its lease changes nothing when
+it wakes.
 The renewer measures, on this process's monotonic clock, how long it has gone without a
 successful renewal; a leg it could not renew before its lease would have run out is told to
 stop (``Lease.lost``) even while the database cannot be reached.

@@ -71,8 +71,9 @@ _MESSAGED = """messaged AS (
 def end_statement(names: tuple[str, ...], questions: str, look: bool) -> str:
     """The end of a leg that writes the fields NAMES, closing questions with QUESTIONS (the
     body of the CTE ``closed``: ``seams.PendingQuestions.closing_statement``); with LOOK, it
-    looks for the next record as well (``claiming.NEXT_CTES_AFTER_END``). The two touch different task rows: the ended one is leased by this leg
-    in the statement's snapshot, which a claim requires it not to be."""
+    looks for the next record as well (``claiming.NEXT_CTES_AFTER_END``). The two touch
+    different task rows: the ended one is leased by this leg in the statement's snapshot,
+    which a claim requires it not to be."""
     assignments = "".join(f', "{name}" = %({name})s' for name in names)
     ctes = ", ".join(
         (_ENDED_SET + assignments + _ENDED_WHERE, f"closed AS (\n    {questions}\n)", _WRITTEN,

@@ -18,8 +18,6 @@ from django.utils.dateparse import parse_datetime
 from tasks_app.db.results import Claim
 from tasks_app.models import Task
 
-# --- task rows ------------------------------------------------------------------------------
-
 # Field types whose Python values psycopg takes as they are (Django's preparation of them is
 # the identity on PostgreSQL); any other type goes through get_db_prep_save.
 _AS_IS = (

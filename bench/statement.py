@@ -23,7 +23,8 @@ def main() -> None:
     from psycopg import sql as psql
     from psycopg.types.json import Jsonb
 
-    from tasks_app import acceptance, sql
+    from tasks_app import acceptance
+    from tasks_app.db import accepting, rows
     from tasks_app.models import Actor, Client, Era
     from tasks_app.tools import get_tool
 
@@ -34,7 +35,7 @@ def main() -> None:
     client = Client.objects.get(name="bench")
     task = acceptance.new_task(client, tool, normalized, fingerprint, "k", Era.MODERN)
     connection.ensure_connection()
-    params = {c.name: c.value(task, connection) for c in sql.task_columns()}
+    params = {c.name: c.value(task, connection) for c in rows.task_columns()}
     params.update(
         actor_type=Actor.CLIENT.value,
         actor=client.name,
@@ -45,9 +46,7 @@ def main() -> None:
     literals = {k: psql.Literal(v).as_string(connection.connection) for k, v in params.items()}
     literals["id"] = "md5(random()::text)"
     literals["idempotency_key"] = "'pgbench-' || :key"
-    hot_path = sql.hot_path()
-    assert isinstance(hot_path, sql.PostgreSQL)
-    text = hot_path.insert_or_get_sql
+    text = accepting.INSERT_OR_GET_POSTGRESQL
     for name, value in literals.items():
         text = text.replace(f"%({name})s", value)
     print(" ".join(text.split()) + ";")

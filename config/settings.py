@@ -206,7 +206,7 @@ if DATABASE_URL:
     #   A leg's end with the next look (1.7 ms to plan, 0.35 to run) and the look alone stayed
     #   on custom plans, planned again on every execution: a fifth of PostgreSQL's CPU per
     #   task. The hot statements take the generic plan at once; it is made anew after every
-    #   DISCARD PLANS (tasks_app.sql), from the statistics of the day.
+    #   DISCARD PLANS (tasks_app.db.prepared), from the statistics of the day.
     # DB_JIT=true sends neither (a pooler that refuses startup options, such as PgBouncer
     # without ignore_startup_parameters = options): set them on the database (docs/deploy.md).
     if _postgresql and not env_bool("DB_JIT", False):

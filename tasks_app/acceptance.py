@@ -4,7 +4,7 @@
 ``tools/call``. They resolve the idempotency key from its wire carriers
 (``tasks_app.mcp.keys``) and pass it as an ``IdempotencyKey``; ``accept`` validates and
 normalizes the arguments, fingerprints them, and commits the task row, its first event and
-its dispatch record (``tasks_app.sql``) before it returns the receipt. A retry with the same
+its dispatch record (``tasks_app.db``) before it returns the receipt. A retry with the same
 key gets the original task back.
 
 Concurrency is decided by the partial unique constraint on (client, idempotency_key): the
@@ -37,7 +37,7 @@ import rfc8785
 from django.conf import settings
 from django.utils import timezone
 
-from tasks_app import dispatch, metrics, retention, sql, storage, tracing
+from tasks_app import db, dispatch, metrics, retention, storage, tracing
 from tasks_app.models import ACTIVE_STATUSES, Client, Status, Task
 from tasks_app.tools import InvalidArguments, ToolSpec
 
@@ -233,10 +233,10 @@ def _accept(
     task.stored_bytes = size
     # The dispatch record written here keeps this span's context for the task's first leg.
     with tracing.span("dispatch", tool=tool.name):
-        stored = sql.hot_path().insert_or_get(
+        stored = db.backend().insert_or_get(
             task, actor=client.name, carrier=carrier, journal=journal or []
         )
-    if isinstance(stored, sql.Accepted):
+    if isinstance(stored, db.Accepted):
         dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk, unless_drained=True)
         storage.accepted(client.pk, size)
         metrics.task_accepted(tool=tool.name, replayed=False)

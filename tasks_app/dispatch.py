@@ -17,7 +17,7 @@ connection attempt per pause, not one per receipt.
 A new task's record needs no message while a worker process is draining the table
 (``models.Drainer``, ``runtime.draining``): after commit, ``publish_on_commit`` with
 ``unless_drained`` hands the record to a drainer standing by (LISTEN/NOTIFY, PostgreSQL) or
-leaves it to a fresh one that is busy (``sql.hand_off``, one statement). This is safe
+leaves it to a fresh one that is busy (``db.backend().hand_off``, one statement). This is safe
 because a drainer only stops after deleting its row and then looking once more: a record
 committed before its row was read is seen by that last look. What a drainer cannot take is
 handed on: at the end of its time it sends one message if records are still waiting
@@ -50,7 +50,7 @@ from django.db import (
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks_app import sql, tracing
+from tasks_app import db, tracing
 from tasks_app.models import TERMINAL_STATUSES, Dispatch, Task
 
 log = logging.getLogger(__name__)
@@ -83,7 +83,7 @@ REPUBLISH_DOUBLINGS = 5
 def enqueue(task: Task, *, reason: str) -> Dispatch:
     """Record that TASK needs a leg, and publish the record once the transaction commits."""
     record = Dispatch.objects.create(
-        task=task, reason=reason, tenant_id=sql.tenant_of(task), context=tracing.origin()
+        task=task, reason=reason, tenant_id=db.tenant_of(task), context=tracing.origin()
     )
     publish_on_commit(record.pk, task.pk)
     return record
@@ -137,7 +137,7 @@ def _left_to_drainers(dispatch_id: int, task_id: str) -> bool:
     if settings.TASKDESK_WAITING_LEGS_SECONDS <= 0:
         return False  # no worker drains: every record gets its message
     try:
-        handed, drained = sql.hot_path().hand_off(handoff_payload(dispatch_id, task_id))
+        handed, drained = db.backend().hand_off(handoff_payload(dispatch_id, task_id))
     except DatabaseError as exc:  # publishing is always safe
         log.warning("draining workers not looked up (the database: %s)", exc)
         return False
@@ -176,7 +176,7 @@ def publish_left_behind(*, limit: int = 1000) -> int:
     """Publish the records that were left to draining workers and are still waiting, unless
     some drainer is still fresh (it takes them): called by a drainer whose leg ran past its
     window. Return how many went out."""
-    if sql.hot_path().drained():
+    if db.backend().drained():
         return 0
     pending = list(
         Dispatch.objects.filter(published_at__isnull=True, consumed_at__isnull=True)
@@ -286,7 +286,7 @@ def publish_pending(*, limit: int = 5000) -> int:
     )
     sent = 0
     # Records left to a draining worker are its to take while it is fresh.
-    drained = sql.hot_path().drained()
+    drained = db.backend().drained()
     for records in (lost,) if drained else (unpublished, lost):
         pending = list(records.values_list("pk", "task_id")[: limit - sent])
         for start in range(0, len(pending), _BATCH_SIZE):

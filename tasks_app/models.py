@@ -210,7 +210,7 @@ class Task(models.Model):
             ),
             # Leased tasks only (a running leg, or one undoing a cancelled task's effects): the
             # lease sweeper's expired leases, and the legs each tenant has running (fair
-            # claiming, tasks_app.sql).
+            # claiming, tasks_app.db).
             models.Index(
                 fields=["lease_expires_at"],
                 condition=Q(lease_expires_at__isnull=False),
@@ -427,7 +427,7 @@ class Dispatch(models.Model):
                 name="dispatch_unpublished",
             ),
             # Records no leg consumed yet, by tenant, oldest first: the oldest waiting record
-            # of each tenant, and of none (``tasks_app.sql``'s fair claim), and whether any
+            # of each tenant, and of none (``tasks_app.db``'s fair claim), and whether any
             # waits. Not also an index by id alone: a look for the untenanted head that the
             # planner sent through it (no statistics yet: a new database, or autovacuum off)
             # walked every waiting record and read its row to check the tenant.

@@ -1,7 +1,7 @@
 """The outbox: messages to the outside world, written in the transaction of what they report.
 
 A status change (``tasks_app.transitions``; the single-statement end of a leg in
-``tasks_app.sql`` writes the same rows in its statement) and an effect whose outcome became
+``tasks_app.db`` writes the same rows in its statement) and an effect whose outcome became
 unknown (``tasks_app.runtime.effects``) call ``write_for_task`` inside their transaction: one
 message per enabled webhook endpoint of the task's client subscribed to the event. No row is
 written, and one indexed look is the whole cost, for a client without endpoints. Senders

@@ -14,7 +14,8 @@ from django.db.models import Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
-from tasks_app import operators, sql
+from tasks_app import operators
+from tasks_app.db import backend
 from tasks_app.models import TERMINAL_STATUSES, Client, Effect, EffectState, Status, Task
 
 
@@ -28,7 +29,7 @@ class NotPermitted(Exception):
 
 def task_get_for_client(*, client: Client, task_id: str) -> Task:
     """Return CLIENT's task TASK_ID. Another client's task is reported exactly like a missing one."""
-    task = sql.hot_path().task_for_client(client.pk, task_id)
+    task = backend().task_for_client(client.pk, task_id)
     if task is None:
         raise TaskNotFound(task_id)
     return task

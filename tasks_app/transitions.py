@@ -1,6 +1,6 @@
 """The only code that changes ``Task.status``.
 
-(The single-statement end of a leased task is SQL in ``tasks_app.sql``; only this module runs
+(The single-statement end of a leased task is SQL in ``tasks_app.db``; only this module runs
 it.) A task that ends closes its pending questions through ``tasks_app.seams``, in the same
 transaction or statement.
 
@@ -22,7 +22,7 @@ from typing import Any
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import dispatch, metrics, outbox, seams, sql, storage
+from tasks_app import db, dispatch, metrics, outbox, seams, storage
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -94,7 +94,7 @@ def _move(
     outbox.write_for_task(task, kind, now=now)  # the client's webhooks, in this transaction
     if to in TERMINAL_STATUSES:
         if task.lease_owner:  # a terminal task holds no lease (a leg still running loses it)
-            sql.hot_path().release(task_id=task.pk, owner=None, now=now)
+            db.backend().release(task_id=task.pk, owner=None, now=now)
             task.lease_owner, task.lease_expires_at = "", None
         seams.pending_questions().close(task, reason=to)
         # Counted once the transaction commits: a rolled-back end did not happen.
@@ -116,16 +116,16 @@ def _end_leased(
 ) -> Task:
     """``_move`` to a terminal status for the leg that holds the task's lease: a leased task is
     working, so a compare-and-set on (working, the lease's fence) replaces the locking read on
-    this hot path (``sql``: on PostgreSQL one statement that also writes the event and closes
+    this hot path (``tasks_app.db``: on PostgreSQL one statement that also writes the event and closes
     pending questions). Raise LeaseLost, having written nothing, if the lease of LEASE_OWNER
     and generation LEASE_LEG was taken over or expired by the database's clock. Return a
     partial instance (the fields written)."""
     assert to in TERMINAL_STATUSES and is_allowed(Status.WORKING, to)
     now = timezone.now()
-    ending = sql.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, leg=lease_leg,
-                        actor=actor, fields=fields, detail=detail, now=now,
-                        grow=storage.ended_bytes(fields))  # fmt: skip
-    ended = sql.hot_path().end_leased(ending)
+    ending = db.Ending(task_id=task_id, status=to, kind=kind, owner=lease_owner, leg=lease_leg,
+                       actor=actor, fields=fields, detail=detail, now=now,
+                       grow=storage.ended_bytes(fields))  # fmt: skip
+    ended = db.backend().end_leased(ending)
     if ended is None:
         raise LeaseLost(f"task {task_id} is no longer leased by {lease_owner} (leg {lease_leg})")
     metrics.task_ended(tool=ended.tool_name, status=to, created_at=ended.created_at, now=now)

@@ -40,7 +40,7 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from tasks_app import dispatch, sql
+from tasks_app import db, dispatch
 from tasks_app.runtime import leases, legs
 
 log = logging.getLogger("tasks_app.runtime")
@@ -61,7 +61,7 @@ def run_waiting_legs(*, seconds: float) -> int:
     ran = 0
     draining = False
     # The look the last leg's end made in its own statement (leases.look_after_end), if any.
-    look: sql.LookAfterEnd | None = None
+    look: db.LookAfterEnd | None = None
     try:
         while True:
             if look is not None and look.looked is not None:
@@ -130,11 +130,11 @@ def _identity() -> tuple[str, str]:
 
 def _leave(name: str) -> bool:
     """Delete this process's drainer row; False (no longer draining)."""
-    sql.hot_path().withdraw(name)
+    db.backend().withdraw(name)
     return False
 
 
-def _recruit_if_behind(found: sql.Next) -> None:
+def _recruit_if_behind(found: db.Next) -> None:
     global _recruited
     if found.created_at is None:
         return
@@ -158,7 +158,7 @@ def _standby_seconds(deadline: float) -> float:
     remaining = deadline - time.monotonic()
     if (
         not settings.TASKDESK_DRAIN_STANDBY
-        or not sql.hot_path().can_stand_by
+        or not db.backend().can_stand_by
         or remaining < MIN_STANDBY_SECONDS
     ):
         return 0.0
@@ -166,7 +166,7 @@ def _standby_seconds(deadline: float) -> float:
     return remaining
 
 
-def _stand_by(name: str, owner: str, deadline: float, *, marked: bool) -> sql.Next | None:
+def _stand_by(name: str, owner: str, deadline: float, *, marked: bool) -> db.Next | None:
     """Wait until DEADLINE for a web process to hand this process a new record; return what
     it took, or None (nothing came, or the database cannot hand records over). MARKED: the
     look that found nothing marked this process standing by already."""
@@ -175,7 +175,7 @@ def _stand_by(name: str, owner: str, deadline: float, *, marked: bool) -> sql.Ne
         return None
     raw = _listen()
     if not marked:
-        sql.hot_path().stand_by(name, channel=_channel(), seconds=remaining)
+        db.backend().stand_by(name, channel=_channel(), seconds=remaining)
     # Hand-offs that arrived while this process was busy, and any since the mark: the look
     # below takes their records (each was committed before its hand-off).
     for _stale in raw.notifies(timeout=0):
@@ -191,7 +191,7 @@ def _stand_by(name: str, owner: str, deadline: float, *, marked: bool) -> sql.Ne
     dispatch_id, task_id = record
     # None: another drainer's look took the record first, or its task cannot start.
     claim = leases.claim(task_id=task_id, dispatch_id=dispatch_id, owner=owner)
-    return sql.Next(dispatch_id, claim, None)
+    return db.Next(dispatch_id, claim, None)
 
 
 def _handed_over(raw: psycopg.Connection[Any], deadline: float) -> dispatch.Pending | None:

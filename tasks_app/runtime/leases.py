@@ -1,6 +1,6 @@
 """Leases: at most one live leg per task, and re-running the legs of dead workers.
 
-The statements that write the lease columns are in ``tasks_app.sql``; this module decides
+The statements that write the lease columns are in ``tasks_app.db``; this module decides
 when to run them. A leg claims its task with one compare-and-set UPDATE (the task must be
 ``working`` and either unleased or holding an expired lease), which also bumps ``leg``, the
 lease generation: the leg's fencing token. While the tool runs, a background thread renews
@@ -10,7 +10,8 @@ leases away and dispatches a new leg; replay of the journal makes that re-run sa
 
 Every expiry is set and compared on the database's clock, never this process's. Every write
 a leg makes checks its fence (owner, generation, unexpired) in the same statement or
-transaction (``sql.holds``), so a leg frozen past its lease changes nothing when it wakes.
+transaction (``db.Backend.lock_leased``), so a leg frozen past its lease changes nothing when
+it wakes.
 The renewer measures, on this process's monotonic clock, how long it has gone without a
 successful renewal; a leg it could not renew before its lease would have run out is told to
 stop (``Lease.lost``) even while the database cannot be reached.
@@ -31,7 +32,7 @@ from django.conf import settings
 from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
-from tasks_app import dispatch, sql
+from tasks_app import db, dispatch
 from tasks_app.models import Actor, Dispatch, EventKind, Status, Task, event
 
 log = logging.getLogger("tasks_app.runtime")
@@ -46,7 +47,7 @@ def _lease_seconds() -> float:
     return float(settings.TASKDESK_LEASE_SECONDS)
 
 
-def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | None:
+def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> db.Claim | None:
     """Take the lease of TASK_ID for a new leg and record ``leg_started``.
 
     Return the claim, or None when this message must do nothing: its dispatch record was
@@ -54,7 +55,7 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | N
     a live lease. A dispatch record is consumed even when the claim fails: its message has
     been answered, and must not look lost to the dispatch sweeper.
     """
-    return sql.hot_path().claim(
+    return db.backend().claim(
         task_id=task_id,
         dispatch_id=dispatch_id,
         owner=owner,
@@ -63,9 +64,7 @@ def claim(*, task_id: str, dispatch_id: int | None, owner: str) -> sql.Claim | N
     )
 
 
-def claim_next(
-    *, owner: str, drainer: str | None = None, thorough: bool = False
-) -> sql.Next | None:
+def claim_next(*, owner: str, drainer: str | None = None, thorough: bool = False) -> db.Next | None:
     """Take the oldest dispatch record no leg has consumed yet, and claim its task as
     ``claim`` does. Return None when there is no such record, else the record and the claim
     (None when its task was not claimable: the record is consumed either way).
@@ -88,12 +87,12 @@ def look(
     thorough: bool = False,
     standby: float = 0.0,
     channel: str = "",
-) -> sql.Looked:
+) -> db.Looked:
     """``claim_next``, saying also whether the look marked DRAINER standing by: with
     STANDBY > 0, a look that finds nothing marks it for STANDBY seconds on CHANNEL in the
     same statement (PostgreSQL; the caller LISTENs on CHANNEL first)."""
     floor = _floor.take(thorough)
-    looked = sql.hot_path().claim_next(
+    looked = db.backend().claim_next(
         owner=owner,
         now=timezone.now(),
         lease_seconds=_lease_seconds(),
@@ -110,14 +109,14 @@ def look(
 @contextmanager
 def look_after_end(
     task_id: str, *, drainer: str, deadline: float, channel: str = "", min_standby: float = 0.0
-) -> Iterator[sql.LookAfterEnd]:
+) -> Iterator[db.LookAfterEnd]:
     """While the leg of TASK_ID runs, have the statement that ends it also look for the next
     waiting record as ``claim_next(drainer=DRAINER)`` would (PostgreSQL), unless the leg ends
     after DEADLINE (monotonic). The look's ``looked`` is what it found, or None when no such
     statement ran (the leg suspended, failed to end, or ended some other way): then look with
     ``claim_next``. With CHANNEL, a look that finds nothing marks DRAINER standing by on it
     until DEADLINE, if at least MIN_STANDBY seconds are left (as ``look`` does)."""
-    after_end = sql.LookAfterEnd(
+    after_end = db.LookAfterEnd(
         task_id=task_id,
         owner=new_owner(),
         drainer=drainer,
@@ -128,11 +127,11 @@ def look_after_end(
         channel=channel,
         min_standby=min_standby,
     )
-    token = sql.look_after_end.set(after_end)
+    token = db.look_after_end.set(after_end)
     try:
         yield after_end
     finally:
-        sql.look_after_end.reset(token)
+        db.look_after_end.reset(token)
         if after_end.looked is not None:
             _floor.saw(after_end.floor, after_end.looked)
 
@@ -166,7 +165,7 @@ class _Floor:
             return 0
         return self.low if thorough else self.hint
 
-    def saw(self, floor: int, looked: sql.Looked) -> None:
+    def saw(self, floor: int, looked: db.Looked) -> None:
         if looked.oldest is not None:
             bound = looked.oldest
         elif looked.newest is not None:
@@ -183,7 +182,7 @@ _floor = _Floor()
 
 def forget_stale_drainers() -> int:
     """Delete the drainer rows of processes gone for a minute (killed while draining)."""
-    return sql.hot_path().forget_drainers(older_than=60.0)
+    return db.backend().forget_drainers(older_than=60.0)
 
 
 def waiting() -> bool:
@@ -193,32 +192,30 @@ def waiting() -> bool:
 
 def over_share(task_id: str, tenant_id: int | None) -> bool:
     """Whether the leg of TASK_ID should give its worker to another tenant's waiting task
-    (``TASKDESK_TENANT_LEG_SHARE``; ``sql.Portable.over_share``). Never for a task of no
+    (``TASKDESK_TENANT_LEG_SHARE``; ``db.Backend.over_share``). Never for a task of no
     tenant, nor with the share at 1 (off)."""
     share = float(settings.TASKDESK_TENANT_LEG_SHARE)
     if tenant_id is None or share >= 1:
         return False
-    return sql.hot_path().over_share(task_id=task_id, tenant_id=tenant_id, share=share)
+    return db.backend().over_share(task_id=task_id, tenant_id=tenant_id, share=share)
 
 
 def release(task_id: str, owner: str, leg: int) -> bool:
     """Give up OWNER's lease of generation LEG (inside the caller's transaction, which has
     checked the fence with ``lock``). Return False if it was lost."""
-    return sql.hot_path().release(task_id=task_id, owner=owner, leg=leg, now=timezone.now())
+    return db.backend().release(task_id=task_id, owner=owner, leg=leg, now=timezone.now())
 
 
 def lock(task_id: str, owner: str, leg: int) -> Task | None:
     """Lock the task row if OWNER's lease of generation LEG is still live by the database's
     clock (inside the caller's transaction); None if the lease is lost."""
-    return sql.hot_path().lock_leased(task_id=task_id, owner=owner, leg=leg)
+    return db.backend().lock_leased(task_id=task_id, owner=owner, leg=leg)
 
 
 def renew(task_id: str, owner: str, leg: int) -> bool:
     """Push OWNER's lease expiry forward. Return False if the lease is no longer OWNER's or
     has already expired by the database's clock."""
-    return sql.hot_path().renew(
-        task_id=task_id, owner=owner, leg=leg, lease_seconds=_lease_seconds()
-    )
+    return db.backend().renew(task_id=task_id, owner=owner, leg=leg, lease_seconds=_lease_seconds())
 
 
 class Lease:
@@ -384,12 +381,12 @@ def redispatch_expired_leases(*, limit: int = 500) -> int:
     now = timezone.now()
     stale: list[tuple[str, str, str, int]] = []
     for state in (Status.WORKING, Status.CANCELLED):  # each query has its partial index
-        stale += sql.hot_path().expired_leases(status=state, limit=limit - len(stale))
+        stale += db.backend().expired_leases(status=state, limit=limit - len(stale))
     revived = 0
     for task_id, status, owner, leg in stale:
         with transaction.atomic():
             # Compare-and-set on the same owner: a leg that renewed in the meantime keeps it.
-            if not sql.hot_path().expire_lease(task_id=task_id, status=status, owner=owner,
+            if not db.backend().expire_lease(task_id=task_id, status=status, owner=owner,
                                                now=now):  # fmt: skip
                 continue
             task = Task(id=task_id)

@@ -33,7 +33,7 @@ from typing import Any
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from tasks_app import logcontext, metrics, sql, storage, tracing, transitions
+from tasks_app import db, logcontext, metrics, storage, tracing, transitions
 from tasks_app.models import Actor, EventKind, Status, Task, event
 from tasks_app.runtime import leases
 from tasks_app.runtime.context import TaskContext
@@ -88,7 +88,7 @@ def run_leg(*, task_id: str, dispatch_id: int | None = None) -> LegOutcome:
 
 
 def run_claimed(
-    claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float, *, drained: bool = False
+    claim: db.Claim, owner: str, dispatch_id: int | None, sent: float, *, drained: bool = False
 ) -> LegOutcome:
     """Run the leg CLAIM took (its claim was sent at monotonic time SENT; DRAINED: by this
     process as a drainer, ``runtime.draining``)."""
@@ -109,7 +109,7 @@ def run_claimed(
 
 
 def _run_logged(
-    claim: sql.Claim, owner: str, dispatch_id: int | None, sent: float, drained: bool
+    claim: db.Claim, owner: str, dispatch_id: int | None, sent: float, drained: bool
 ) -> LegOutcome:
     task = claim.task
     started = time.monotonic()

@@ -89,13 +89,13 @@ def test_a_connection_the_server_closed_a_moment_ago_is_checked_and_replaced(che
 
 
 def test_a_prepared_statement_is_not_sent_on_a_connection_the_server_closed(checks) -> None:
-    from tasks_app import sql
+    from tasks_app.db import prepared
 
     connection = connections["default"]
     gone = _terminate_backend()
 
     close_old_connections()  # a request starts; its first query is a prepared statement
-    assert sql.fetch_prepared("SELECT 1 + %(n)s", {"n": 1}) == (2,)
+    assert prepared.fetch_prepared("SELECT 1 + %(n)s", {"n": 1}) == (2,)
 
     assert checks == [True]
     assert connection.connection.info.backend_pid != gone
@@ -113,18 +113,20 @@ def test_a_connection_plans_its_prepared_statements_again_every_little_while(db_
     """A plan chosen while a table was small is not kept after it grew: fetch_prepared drops
     the connection's cached plans every PLAN_MAX_AGE_SECONDS (DISCARD PLANS), and the
     statements stay prepared."""
-    from tasks_app import sql
+    from tasks_app.db import prepared
 
     statement = "SELECT count(*) FROM tasks_app_task WHERE id = %(id)s"
     for _ in range(8):
-        assert sql.fetch_prepared(statement, {"id": db_task}) == (0,)
+        assert prepared.fetch_prepared(statement, {"id": db_task}) == (0,)
     raw = connections["default"].connection
-    aged = sql._planned_at[raw] - sql.PLAN_MAX_AGE_SECONDS - 1
-    sql._planned_at[raw] = aged
+    aged = prepared._planned_at[raw] - prepared.PLAN_MAX_AGE_SECONDS - 1
+    prepared._planned_at[raw] = aged
 
-    assert sql.fetch_prepared(statement, {"id": db_task}) == (0,)
+    assert prepared.fetch_prepared(statement, {"id": db_task}) == (0,)
 
-    assert sql._planned_at[raw] > aged + sql.PLAN_MAX_AGE_SECONDS  # plans were dropped now
+    assert (
+        prepared._planned_at[raw] > aged + prepared.PLAN_MAX_AGE_SECONDS
+    )  # plans were dropped now
     with connections["default"].cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_prepared_statements "
@@ -134,7 +136,7 @@ def test_a_connection_plans_its_prepared_statements_again_every_little_while(db_
 
 
 def test_plans_are_dropped_only_when_due() -> None:
-    from tasks_app import sql
+    from tasks_app.db import prepared
 
     class Connection:
         def __init__(self) -> None:
@@ -144,11 +146,11 @@ def test_plans_are_dropped_only_when_due() -> None:
             self.sent.append(statement)
 
     raw = Connection()
-    sql._replan_if_due(raw)  # type: ignore[arg-type]
-    sql._replan_if_due(raw)  # type: ignore[arg-type]
+    prepared._replan_if_due(raw)  # type: ignore[arg-type]
+    prepared._replan_if_due(raw)  # type: ignore[arg-type]
     assert raw.sent == []
-    sql._planned_at[raw] -= sql.PLAN_MAX_AGE_SECONDS  # type: ignore[index]
-    sql._replan_if_due(raw)  # type: ignore[arg-type]
+    prepared._planned_at[raw] -= prepared.PLAN_MAX_AGE_SECONDS  # type: ignore[index]
+    prepared._replan_if_due(raw)  # type: ignore[arg-type]
     assert raw.sent == ["DISCARD PLANS"]
 
 
@@ -158,14 +160,14 @@ def test_prepared_statements_keep_one_cursor_per_connection_and_read_timestamps_
     same moment, in UTC."""
     from datetime import UTC, datetime
 
-    from tasks_app import sql
+    from tasks_app.db import prepared
 
     connection = connections["default"]
     statement = "SELECT %(at)s::timestamptz, '2026-01-02 03:04:05.123456+05'::timestamptz"
     at = datetime(2026, 12, 4, 18, 0, 0, 250_000, tzinfo=UTC)
-    first = sql.fetch_prepared(statement, {"at": at})
+    first = prepared.fetch_prepared(statement, {"at": at})
     kept = connection._kept_cursor
-    assert sql.fetch_prepared(statement, {"at": at}) == first
+    assert prepared.fetch_prepared(statement, {"at": at}) == first
     assert connection._kept_cursor is kept
 
     with connection.cursor() as cursor:
@@ -175,5 +177,5 @@ def test_prepared_statements_keep_one_cursor_per_connection_and_read_timestamps_
     assert first[1].tzinfo == django_read.tzinfo == UTC
 
     connection.close()
-    assert sql.fetch_prepared(statement, {"at": at}) == first
+    assert prepared.fetch_prepared(statement, {"at": at}) == first
     assert connection._kept_cursor is not kept

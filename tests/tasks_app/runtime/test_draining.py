@@ -15,7 +15,8 @@ import time_machine
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import acceptance, dispatch, runtime, sql, transitions
+from tasks_app import acceptance, dispatch, runtime, transitions
+from tasks_app.db import Next, PostgreSQL, backend, prepared
 from tasks_app.models import Dispatch, Drainer, Era, Status, Task
 from tasks_app.runtime import draining, leases, legs
 from tasks_app.tasks import run_task_job
@@ -105,7 +106,7 @@ def test_a_record_left_to_a_drainer_as_it_leaves_is_still_taken(alice) -> None:
         looked = original(**kwargs)
         if looked.taken is None and not late:
             # The drainer found nothing; a task is committed and left to it right now.
-            assert sql.hot_path().drained()
+            assert backend().drained()
             late.append(submit(alice, "noop"))
         return looked
 
@@ -276,14 +277,14 @@ def test_the_look_that_finds_nothing_marks_the_drainer_standing_by_itself(
     settings.TASKDESK_DRAIN_STANDBY = True
     submit(alice, "noop")
     marks: list[str] = []
-    original = sql.PostgreSQL.stand_by
+    original = PostgreSQL.stand_by
 
-    def stand_by(self, drainer: str, **kwargs):  # type: ignore[no-untyped-def]
+    def stand_by(drainer: str, **kwargs):  # type: ignore[no-untyped-def]
         marks.append(drainer)
-        return original(self, drainer, **kwargs)
+        return original(drainer, **kwargs)
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(sql.PostgreSQL, "stand_by", stand_by)
+        patch.setattr(PostgreSQL, "stand_by", staticmethod(stand_by))
         thread, ran = _drain_in_thread(seconds=2.0)
         try:
             assert _wait_for(lambda: Drainer.objects.filter(standby=True).exists())
@@ -313,10 +314,10 @@ def test_a_record_is_handed_to_one_drainer_standing_by_and_others_stay(db) -> No
     Drainer.objects.create(name="a", until=now + timedelta(seconds=30), standby=True, channel="c_a")
     Drainer.objects.create(name="b", until=now + timedelta(seconds=30), standby=True, channel="c_b")
 
-    assert sql.hot_path().hand_off("1 task") == (True, True)
+    assert backend().hand_off("1 task") == (True, True)
     assert Drainer.objects.filter(standby=True).count() == 1  # the other still stands by
-    assert sql.hot_path().hand_off("2 task") == (True, True)
-    assert sql.hot_path().hand_off("3 task") == (False, True)  # both busy now, still fresh
+    assert backend().hand_off("2 task") == (True, True)
+    assert backend().hand_off("3 task") == (False, True)  # both busy now, still fresh
 
 
 @pytest.mark.postgres
@@ -325,7 +326,7 @@ def test_nothing_is_handed_to_a_drainer_whose_time_is_up(db) -> None:
         name="gone", until=timezone.now() - timedelta(seconds=1), standby=True, channel="c"
     )
 
-    assert sql.hot_path().hand_off("1 task") == (False, False)
+    assert backend().hand_off("1 task") == (False, False)
 
 
 @pytest.mark.postgres
@@ -353,7 +354,7 @@ def _statements(patch: pytest.MonkeyPatch) -> list[str]:
     """The prepared statements run from now on, by kind: "end+look", "end", "look" (a
     ``claim_next`` of its own) or "other"."""
     seen: list[str] = []
-    original = sql.fetch_prepared
+    original = prepared.fetch_prepared
 
     def spy(statement: str, params):  # type: ignore[no-untyped-def]
         head = statement.lstrip()
@@ -365,7 +366,7 @@ def _statements(patch: pytest.MonkeyPatch) -> list[str]:
             seen.append("other")
         return original(statement, params)
 
-    patch.setattr(sql, "fetch_prepared", spy)
+    patch.setattr(prepared, "fetch_prepared", spy)
     return seen
 
 
@@ -412,7 +413,7 @@ def test_the_hot_statements_are_not_converted_on_every_execution(transactional_d
             patch.setattr(psycopg._queries, name, spy(getattr(psycopg._queries, name)))
         tasks = [submit(alice, "noop") for _ in range(3)]
         assert runtime.run_waiting_legs(seconds=5) == 3
-        assert sql.hot_path().task_for_client(alice.pk, tasks[0].pk) is not None
+        assert backend().task_for_client(alice.pk, tasks[0].pk) is not None
 
     assert converted == []
     assert all(t.status == Status.COMPLETED for t in Task.objects.filter(pk__in=tasks))
@@ -451,14 +452,16 @@ def test_the_hot_statements_run_on_their_generic_plan_from_the_first_execution(
 
 
 def test_named_placeholders_become_native_ones_in_order_of_first_use() -> None:
-    text, names = sql.native_statement("SELECT %(b)s, %(a)s::int, %(b)s, '100%%' WHERE x = %(a_1)s")
+    text, names = prepared.native_statement(
+        "SELECT %(b)s, %(a)s::int, %(b)s, '100%%' WHERE x = %(a_1)s"
+    )
     assert text == b"SELECT $1, $2::int, $1, '100%' WHERE x = $3"
     assert names == ("b", "a", "a_1")
     with pytest.raises(ValueError, match="lone %"):
-        sql.native_statement("SELECT %s")
+        prepared.native_statement("SELECT %s")
 
 
-def _claimed_first(alice) -> tuple[sql.Next, str]:  # type: ignore[no-untyped-def]
+def _claimed_first(alice) -> tuple[Next, str]:  # type: ignore[no-untyped-def]
     owner = leases.new_owner()
     found = leases.claim_next(owner=owner)
     assert found is not None and found.claim is not None

@@ -6,12 +6,14 @@ import threading
 import time
 from datetime import timedelta
 
+import psycopg
 import pytest
 import time_machine
 from django.db import OperationalError, connection
 from django.utils import timezone
 
-from tasks_app import dispatch, runtime, sql
+from tasks_app import dispatch, runtime
+from tasks_app.db import claiming, prepared
 from tasks_app.models import Dispatch, Effect, Status, Task
 from tasks_app.runtime import LegOutcome, leases
 from tests.tasks_app.runtime.helpers import events, next_dispatch, submit
@@ -281,11 +283,12 @@ def test_a_look_reads_no_waiting_record_but_the_ones_it_takes(alice) -> None:
     every waiting record that reads each row to check its tenant."""
     for _ in range(200):
         submit(alice, "noop")
-    statement = sql.hot_path()._fair_next(lock=" FOR UPDATE SKIP LOCKED", floor=" AND d2.id >= %s")
+    statement, names = prepared.native_statement(claiming.FAIR_NEXT_POSTGRESQL)
+    assert names == ("floor",)
     raw = connection.connection  # server-side parameters, as the prepared look has
-    with raw.cursor() as cursor:
+    with psycopg.RawCursor(raw) as cursor:
         cursor.execute("SET LOCAL plan_cache_mode = force_generic_plan")
-        cursor.execute(f"EXPLAIN (ANALYZE, FORMAT JSON) {statement}", [0, 0])
+        cursor.execute(b"EXPLAIN (ANALYZE, FORMAT JSON) " + statement, [0])
         plan = cursor.fetchone()[0][0]["Plan"]
 
     assert _rows_removed_by_filter(plan) == 0

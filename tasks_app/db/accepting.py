@@ -1,0 +1,143 @@
+"""Accepting a call: ``insert_or_get`` inserts the new task with its ``accepted`` event, its
+dispatch record and its journal, unless the client's idempotency key already names a task;
+then it returns that one (with a ``duplicate_submission`` event when the fingerprints match).
+New rows are inserted as ``working``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from psycopg.types.json import Jsonb
+
+from tasks_app import tracing
+from tasks_app.db import prepared, rows
+from tasks_app.db.reads import tenant_of
+from tasks_app.db.results import Accepted, Existing
+from tasks_app.models import Actor, Dispatch, EventKind, JournalEntry, Task, event
+
+# --- PostgreSQL's statement ---------------------------------------------------------------
+#
+# The statement inserts the task unless the (client, key) constraint already holds one
+# (ON CONFLICT DO NOTHING), and in the same statement writes either the "accepted" event and
+# the dispatch record of the new row, or the "duplicate_submission" event of the existing row
+# when the fingerprints match.
+#
+# Every part sees the snapshot taken when the statement started. A row inserted by a
+# concurrent transaction that commits after that is skipped by ON CONFLICT (which waits for
+# it) but is invisible to old_task, so the statement returns nothing; it is then run again,
+# with a fresh READ COMMITTED snapshot in which the winner is visible.
+#
+# A new row is the task as given: only its id comes back (NULL for the other columns, whose
+# types the UNION takes from old_task), so nothing is read back and converted.
+_VALUES = ", ".join(f"%({name})s" for name in rows.TASK_COLUMN_NAMES)
+_INSERTED = ", ".join("new_task.id" if name == "id" else "NULL" for name in rows.TASK_COLUMN_NAMES)
+
+INSERT_OR_GET_POSTGRESQL = f"""
+WITH new_task AS (
+    INSERT INTO tasks_app_task ({rows.TASK_COLUMNS}) VALUES ({_VALUES})
+    ON CONFLICT (client_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+    RETURNING id, client_id, status
+), old_task AS (
+    SELECT {rows.TASK_COLUMNS} FROM tasks_app_task
+    WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s
+), accepted_event AS (
+    INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
+    SELECT id, '{EventKind.ACCEPTED.value}', %(actor_type)s, %(actor)s, '', status,
+        %(detail)s, %(created_at)s
+    FROM new_task
+), duplicate_event AS (
+    INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
+    SELECT id, '{EventKind.DUPLICATE_SUBMISSION.value}', %(actor_type)s, %(actor)s, '', '',
+        %(detail)s, %(now)s
+    FROM old_task WHERE fingerprint = %(fingerprint)s
+), outbox AS (
+    INSERT INTO tasks_app_dispatch (task_id, reason, created_at, attempts, tenant_id, context)
+    SELECT id, 'accepted', %(created_at)s, 0,
+        (SELECT tenant_id FROM tasks_app_client WHERE id = new_task.client_id), %(origin)s
+    FROM new_task
+    RETURNING id
+)
+SELECT {_INSERTED}, outbox.id FROM new_task, outbox
+UNION ALL
+SELECT old_task.*, NULL FROM old_task
+"""
+
+
+def insert_or_get_in_transaction(
+    task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+) -> Accepted | Existing:
+    """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless the
+    client's idempotency key already names a task; then return that one. Commits before it
+    returns (``durable``: never inside a caller's transaction). In a transaction: SQLite's
+    IMMEDIATE transactions serialize writers."""
+    for _attempt in range(3):
+        with transaction.atomic(durable=True):
+            try:
+                # A savepoint, because on PostgreSQL a failed INSERT aborts the transaction.
+                with transaction.atomic():
+                    task.save(force_insert=True)
+            except IntegrityError:
+                if task.idempotency_key is None:
+                    raise
+                # The winner is committed and visible here: PostgreSQL reports the unique
+                # violation only after the other transaction commits, and this statement
+                # takes a fresh READ COMMITTED snapshot; on SQLite the IMMEDIATE transaction
+                # holds the write lock, so every earlier writer has committed.
+                winner = Task.objects.filter(
+                    client_id=task.client_id, idempotency_key=task.idempotency_key
+                ).first()
+                if winner is None:
+                    continue  # purged in between: try again
+                if winner.fingerprint == task.fingerprint:
+                    event(winner, EventKind.DUPLICATE_SUBMISSION, actor_type=Actor.CLIENT,
+                          actor=actor, era=task.era, carrier=carrier)  # fmt: skip
+                return Existing(winner)
+            event(task, EventKind.ACCEPTED, actor_type=Actor.CLIENT, actor=actor,
+                  new_status=task.status, era=task.era, carrier=carrier)  # fmt: skip
+            # Published by the caller once this commits (``dispatch.publish_on_commit``).
+            record = Dispatch.objects.create(
+                task=task,
+                reason="accepted",
+                tenant_id=tenant_of(task),
+                context=tracing.origin(),
+            )
+            JournalEntry.objects.bulk_create(
+                JournalEntry(task=task, **{k: e[k] for k in ("seq", "kind", "name", "outcome")})
+                for e in journal
+            )
+        return Accepted(task, record.pk)
+    raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
+
+
+def insert_or_get_postgresql(
+    task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+) -> Accepted | Existing:
+    if journal:  # rare (escalated synchronous calls): the transaction form
+        return insert_or_get_in_transaction(task, actor=actor, carrier=carrier, journal=journal)
+    db = connections[DEFAULT_DB_ALIAS]
+    columns = rows.task_columns()
+    params = {c.name: c.value(task, db) for c in columns}
+    params.update(
+        actor_type=Actor.CLIENT.value,
+        actor=actor,
+        detail=Jsonb({"era": task.era, "carrier": carrier}),
+        now=task.created_at,
+        origin=Jsonb(tracing.origin()),
+    )
+    # Outside a transaction the statement commits by itself. Inside one, the receipt would
+    # not be durable on return: a durable atomic block refuses that (except in a test case).
+    for _attempt in range(3):
+        if db.in_atomic_block:
+            with transaction.atomic(durable=True):
+                row = prepared.fetch_prepared(INSERT_OR_GET_POSTGRESQL, params)
+        else:
+            row = prepared.fetch_prepared(INSERT_OR_GET_POSTGRESQL, params)
+        if row is None:
+            continue  # lost a race to a transaction that committed meanwhile: look again
+        if row[-1] is not None:  # inserted as given: the row is TASK, now saved
+            task._state.adding = False
+            task._state.db = db.alias
+            return Accepted(task, row[-1])
+        return Existing(rows.task_from_row(db, columns, row[:-1]))
+    raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")

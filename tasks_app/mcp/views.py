@@ -46,6 +46,9 @@ from tasks_app.mcp.errors import (
 from tasks_app.mcp.headers import sent
 from tasks_app.models import Client
 
+# The endpoint's one address: config/urls.py routes it, the middleware counts and logs it.
+PATH = "/mcp"
+
 log = logging.getLogger("tasks_app.mcp")
 
 _JSON_TYPES = {"application/json", "application/*", "*/*"}

@@ -573,7 +573,7 @@ def _cursor(sort: Sort, row: tuple[int, Task], *, older: bool) -> ListCursor:
 def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
     """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
 
-    On PostgreSQL the planner is asked first (a fraction of a millisecond): a count it
+    On PostgreSQL the planner is asked first (an EXPLAIN, which reads no rows): a count it
     expects above the limit is not counted at all, which is what keeps the counts of a
     million tasks cheap (counting even the capped rows of a filter that matches few of many
     tasks walks an index for thousands of entries).

@@ -98,7 +98,6 @@ ACTIVE_STATUSES = (Status.WORKING, Status.INPUT_REQUIRED)
 class Era(models.TextChoices):
     MODERN = "2026-07-28"
     LEGACY = "2025-11-25"
-    INTERNAL = "internal"
 
 
 # The MCP tasks extension (SEP-2663): its identifier and capability key.

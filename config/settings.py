@@ -125,6 +125,7 @@ INSTALLED_APPS = [
     "axes",
     "tasks_app",
     "elicitations",
+    "tasks_app.tools.toolsets.demo",
 ]
 
 MIDDLEWARE = [

@@ -4,7 +4,7 @@ The database is the source of truth for every task, event, journal entry and eff
 only delivers "run this task id now". Status changes go through ``tasks_app.transitions``.
 One module a subject: ``clients`` (tenants, clients, tokens), ``tasks`` (the task, its
 statuses and its timeline), ``work`` (journal, effects, dispatch records, workers), ``records``
-(the purge's archive, 2025 sessions and replies, the demo provider) and ``outbox`` (webhook
+(the purge's archive, 2025 sessions and replies) and ``outbox`` (webhook
 endpoints, messages and their attempts).
 """
 
@@ -25,7 +25,6 @@ from tasks_app.models.outbox import (
     new_message_id,
 )
 from tasks_app.models.records import (
-    DemoRefund,
     McpReply,
     McpSession,
     PurgedTask,
@@ -65,7 +64,6 @@ __all__ = [
     "Client",
     "ClientToken",
     "DeliveryAttempt",
-    "DemoRefund",
     "Dispatch",
     "Drainer",
     "Effect",

@@ -1,5 +1,4 @@
-"""Rows kept beside the tasks: the purge's archive, the 2025 era's sessions and replies,
-and the demo toolset's provider table."""
+"""Rows kept beside the tasks: the purge's archive, and the 2025 era's sessions and replies."""
 
 from __future__ import annotations
 
@@ -9,25 +8,6 @@ from django.db import models
 
 from tasks_app.models.clients import Client
 from tasks_app.models.tasks import Status
-
-
-class DemoRefund(models.Model):
-    """The demo toolset's stand-in for a payment provider's refunds (``refund_payment``).
-
-    The unique downstream key is what makes a second refund of one task impossible, however
-    the rest of the system failed: the provider refuses a key it has already seen, and counts
-    the calls it refused (``refused_calls``), so the calls it got are ``1 + refused_calls``.
-    """
-
-    downstream_key = models.CharField(max_length=300, unique=True)
-    payment_id = models.CharField(max_length=200)
-    amount_cents = models.BigIntegerField()
-    reason = models.TextField(blank=True)
-    created_at = models.DateTimeField(auto_now_add=True)
-    refused_calls = models.PositiveIntegerField(default=0)
-
-    def __str__(self) -> str:
-        return f"refund {self.pk} of {self.payment_id}"
 
 
 class PurgedTask(models.Model):

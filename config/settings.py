@@ -673,9 +673,8 @@ TASKDESK_METRICS_TOKEN = env_secret("TASKDESK_METRICS_TOKEN")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", _LOG_LEVELS)
 # The lines every task writes when all goes well (its tools/call answered ok, its leg
-# completed) are DEBUG unless TASKDESK_LOG_EVERY_TASK is on: measured with make run on 2
-# cores, the stack accepted 20 % more and finished 24 % more tasks without them (the writes,
-# and the supervisor relaying every line). Errors, refusals, cancellations and every other leg
+# completed) are DEBUG unless TASKDESK_LOG_EVERY_TASK is on: writing them, and the supervisor
+# relaying every line, take a share of the stack's throughput (bench/shipped.py runs make run). Errors, refusals, cancellations and every other leg
 # outcome stay INFO.
 TASKDESK_LOG_EVERY_TASK = env_bool("TASKDESK_LOG_EVERY_TASK", False)
 # A leg logs "leg started" and "leg ended" lines with the task id, leg number and duration;

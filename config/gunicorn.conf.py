@@ -43,9 +43,8 @@ threads = settings.WEB_THREADS
 worker_class = "config.web_worker.HeaderTimeoutWorker"
 # Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
 # connections over them. On one shared socket the process that woke first took a client's
-# keep-alive connection for as long as it lasted: in 10 s runs of 16 connections the two
-# processes held 1 and 15, 2 and 14, 4 and 12, and the one holding most was bound to one core
-# (its GIL) while the other idled (docs/benchmarks.md).
+# keep-alive connection for as long as it lasted, so a few processes held most connections and
+# were bound to one core each (their GIL) while the others idled (docs/benchmarks.md).
 reuse_port = True
 timeout = 120
 graceful_timeout = 10

@@ -125,6 +125,7 @@ INSTALLED_APPS = [
     "axes",
     "tasks_app",
     "elicitations",
+    "tasks_app.tools.toolsets.demo",
 ]
 
 MIDDLEWARE = [
@@ -198,15 +199,16 @@ if DATABASE_URL:
         _db.setdefault("OPTIONS", {})["prepare_threshold"] = 5
     # Each connection starts with two settings (startup options, no round trip):
     # - PostgreSQL's JIT compiles a query whose estimated cost passes jit_above_cost, on every
-    #   execution: a prepared hot-path statement whose generic plan was costed high (stale
-    #   statistics) spent 30 ms compiling to run for 0.3. These are short OLTP statements that
+    #   execution: a prepared hot-path statement whose generic plan is costed high (stale
+    #   statistics) compiles for far longer than it runs. These are short OLTP statements that
     #   never gain from it.
     # - A prepared statement gets a plan for its parameter values on its first five
     #   executions, then keeps its generic plan only if that is costed no higher than theirs.
-    #   A leg's end with the next look (1.7 ms to plan, 0.35 to run) and the look alone stayed
-    #   on custom plans, planned again on every execution: a fifth of PostgreSQL's CPU per
-    #   task. The hot statements take the generic plan at once; it is made anew after every
-    #   DISCARD PLANS (tasks_app.db.prepared), from the statistics of the day.
+    #   A leg's end with the next look and the look alone stayed on custom plans, planned
+    #   again on every execution, and planning them costs more than running them
+    #   (bench/runtime.py measures PostgreSQL's CPU per task). The hot statements take the
+    #   generic plan at once; it is made anew after every DISCARD PLANS (tasks_app.db.prepared), from
+    #   the statistics of the day.
     # DB_JIT=true sends neither (a pooler that refuses startup options, such as PgBouncer
     # without ignore_startup_parameters = options): set them on the database (docs/deploy.md).
     if _postgresql and not env_bool("DB_JIT", False):
@@ -671,9 +673,8 @@ TASKDESK_METRICS_TOKEN = env_secret("TASKDESK_METRICS_TOKEN")
 _LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 LOG_LEVEL = env_choice("LOG_LEVEL", "INFO", _LOG_LEVELS)
 # The lines every task writes when all goes well (its tools/call answered ok, its leg
-# completed) are DEBUG unless TASKDESK_LOG_EVERY_TASK is on: measured with make run on 2
-# cores, the stack accepted 20 % more and finished 24 % more tasks without them (the writes,
-# and the supervisor relaying every line). Errors, refusals, cancellations and every other leg
+# completed) are DEBUG unless TASKDESK_LOG_EVERY_TASK is on: writing them, and the supervisor
+# relaying every line, take a share of the stack's throughput (bench/shipped.py runs make run). Errors, refusals, cancellations and every other leg
 # outcome stay INFO.
 TASKDESK_LOG_EVERY_TASK = env_bool("TASKDESK_LOG_EVERY_TASK", False)
 # A leg logs "leg started" and "leg ended" lines with the task id, leg number and duration;

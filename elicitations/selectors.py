@@ -8,7 +8,7 @@ questions are answered in the MCP client.
 
 from __future__ import annotations
 
-import hashlib
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.contrib.auth.models import AnonymousUser, User
@@ -58,8 +58,7 @@ def inbox_version(requests: list[InputRequest]) -> str:
     costs one small query every few seconds. The minute is part of it so ages stay fresh.
     """
     minute = timezone.now().strftime("%Y%m%d%H%M")
-    ids = ",".join(str(r.pk) for r in requests)
-    return hashlib.sha256(f"{minute}|{ids}".encode()).hexdigest()[:16]
+    return operators.change_token(minute, ",".join(str(r.pk) for r in requests))
 
 
 def input_request_get_for_operator(*, user: User | AnonymousUser, request_id: int) -> InputRequest:
@@ -99,3 +98,24 @@ def overdue_task_ids(*, now: datetime | None = None) -> list[str]:
         .values_list("task_id", flat=True)
         .distinct()
     )
+
+
+def pending_for_client(task_ids: Iterable[str]) -> dict[str, list[InputRequest]]:
+    """The questions still pending of each of TASK_IDS that their client may answer (audience
+    ``client`` or ``any``), oldest first, in one query: what an ``input_required`` task lists
+    (``tasks/get``, SEP-2663) and what a 2025 ``tasks/result`` stream asks the client."""
+    out: dict[str, list[InputRequest]] = {}
+    pending = InputRequest.objects.filter(
+        task_id__in=list(task_ids),
+        status=RequestStatus.PENDING,
+        audience__in=[Audience.CLIENT, Audience.ANY],
+    ).order_by("pk")
+    for question in pending:
+        out.setdefault(question.task_id, []).append(question)
+    return out
+
+
+def keys_asked(*, task_id: str, keys: Iterable[str]) -> set[str]:
+    """Which of KEYS task TASK_ID asked (in any status): one query, not one lock each."""
+    asked = InputRequest.objects.filter(task_id=task_id, key__in=list(keys))
+    return set(asked.values_list("key", flat=True))

@@ -10,14 +10,12 @@ from __future__ import annotations
 from typing import Any
 
 from django.contrib import messages
-from django.contrib.auth.models import User
 from django.core.exceptions import PermissionDenied
-from django.http import Http404, HttpRequest, HttpResponse
+from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
-from django_htmx.middleware import HtmxDetails
 
 from elicitations import selectors, transitions
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm, answer_summary
@@ -25,17 +23,12 @@ from elicitations.models import Channel, InputRequest
 from elicitations.transitions import AnswerResult
 from tasks_app import operators
 from tasks_app.models import Task
-from tasks_app.operators import operator_login_required
+from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 # Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
 INBOX_CHANGED = "inbox-changed"
 # How much of a task's status message or result text the answer panel shows.
 OUTCOME_LIMIT = 300
-
-
-class HtmxHttpRequest(HttpRequest):
-    htmx: HtmxDetails
-    user: User  # every view here is behind operator_login_required
 
 
 @require_GET

@@ -45,7 +45,8 @@ from tasks_app.tools import InvalidArguments, ToolSpec
 
 
 class AcceptanceError(Exception):
-    """A call that cannot be accepted. Always a JSON-RPC -32602 (invalid params)."""
+    """A call that cannot be accepted: a JSON-RPC -32602 (invalid params), or the ``code``
+    a subclass sets (-32000 for a limit or a quota)."""
 
     code = -32602
 
@@ -202,6 +203,13 @@ def accept(
         return _accept(client, tool, arguments, era, key, journal, client_answers)
 
 
+def key_required(tool: ToolSpec) -> str:
+    """Why a keyless call of TOOL is refused (the MCP layer adds how to send a key)."""
+    return (
+        f"Tool {tool.name!r} requires an idempotency key, so that a retried call cannot run twice."
+    )
+
+
 def _accept(
     client: Client,
     tool: ToolSpec,
@@ -212,11 +220,7 @@ def _accept(
     client_answers: str | None,
 ) -> Receipt:
     if key is None and tool.requires_idempotency_key:
-        raise IdempotencyKeyRequired(
-            f"Tool {tool.name!r} requires an idempotency key, so that a retried call cannot "
-            "run twice.",
-            {"reason": "idempotency_key_required"},
-        )
+        raise IdempotencyKeyRequired(key_required(tool), {"reason": "idempotency_key_required"})
     normalized = _normalize(tool, arguments)
     size = storage.json_bytes(normalized)
     if size > settings.TASKDESK_MAX_ARGUMENT_BYTES:

@@ -8,7 +8,7 @@ consumed (a broker that lost it). Duplicated messages are harmless: the leg that
 record marks it, and a leg takes a lease.
 
 The message is sent right after commit, on the committing thread: one broker round trip, so a
-leg can start a few milliseconds after its receipt. Marking records published is not urgent
+leg can start as soon as a worker takes the message. Marking records published is not urgent
 (the sweeper only looks at records older than a grace period), so a small per-process thread
 marks them in one UPDATE a few times a second. When the broker fails, the process stops
 trying for a moment and leaves its records to the sweeper: a dead broker costs one failed

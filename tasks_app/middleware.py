@@ -22,6 +22,7 @@ from django.conf import settings
 from django.http import HttpRequest, HttpResponseBase
 
 from tasks_app import logcontext, metrics, tracing
+from tasks_app.mcp import views as mcp_views
 from tasks_app.mcp.headers import sent
 from tasks_app.mcp.methods import methods
 
@@ -29,7 +30,6 @@ log = logging.getLogger("tasks_app.mcp")
 
 HEADER = "X-Request-ID"
 _USABLE = re.compile(r"[!-~]{1,128}")
-MCP_PATH = "/mcp"
 # The methods whose successful calls are logged at INFO.
 LOGGED_METHODS = frozenset({"tasks/cancel", "tasks/update", "initialize"})
 
@@ -66,7 +66,7 @@ class RequestContextMiddleware:
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
         request_id = request_id_for(request)
         started = time.monotonic()
-        mcp = request.path == MCP_PATH and request.method == "POST"
+        mcp = request.path == mcp_views.PATH and request.method == "POST"
         with (
             logcontext.bound(request_id=request_id) as context,
             tracing.span("mcp", request_id=request_id) if mcp else nullcontext() as span,
@@ -137,7 +137,7 @@ class McpRouteMiddleware:
         self.view = McpView.as_view()
 
     def __call__(self, request: HttpRequest) -> HttpResponseBase:
-        if request.path_info != MCP_PATH:
+        if request.path_info != mcp_views.PATH:
             return self.get_response(request)
         # Django checks the Host header against ALLOWED_HOSTS when something asks for it
         # (CommonMiddleware, for the pages): DNS rebinding must not reach a local server.

@@ -1,7 +1,9 @@
-"""Who may use the operator pages: the login decorator every page shares, and the roles."""
+"""Who may use the operator pages: the login decorator every page shares, the request type
+of those pages, the change token their polls send back, and the roles."""
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable
 from functools import wraps
 from typing import Any
@@ -9,11 +11,28 @@ from urllib.parse import urlsplit
 
 from django.conf import settings
 from django.contrib.auth.decorators import login_required
+from django.contrib.auth.models import User
 from django.contrib.auth.views import redirect_to_login
 from django.http import HttpRequest, HttpResponse
 from django_htmx.http import HttpResponseClientRedirect
+from django_htmx.middleware import HtmxDetails
 
 View = Callable[..., HttpResponse]
+
+
+class HtmxHttpRequest(HttpRequest):
+    """The request of an operator page: django-htmx's details, and a logged-in user (every
+    such view is behind ``operator_login_required``)."""
+
+    htmx: HtmxDetails
+    user: User
+
+
+def change_token(*parts: object) -> str:
+    """A short token that changes when any of PARTS does. A page's poll sends back the one it
+    was drawn with; the view answers 204 (or stops the polling) while it is unchanged."""
+    text = "|".join(str(part) for part in parts)
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
 def operator_login_required(view: View) -> View:
@@ -159,19 +178,6 @@ def roles_of(user: Any) -> dict[int, str]:
         cached = dict(Membership.objects.filter(user=user.pk).values_list("tenant_id", "role"))
         user.__dict__["_taskdesk_roles"] = cached
     return cached  # type: ignore[no-any-return]
-
-
-def role_of(user: Any, tenant: Any = None) -> str:
-    """The user's role in TENANT, or their strongest in any tenant, for people
-    ("superuser", a role name, or "none")."""
-    if getattr(user, "is_superuser", False):
-        return "superuser"
-    roles = roles_of(user)
-    held = {roles.get(_pk(tenant), "")} if tenant is not None else set(roles.values())
-    for role in (OPERATOR, ANSWERER, VIEWER):
-        if role in held:
-            return role
-    return "none"
 
 
 def tenants_where(user: Any, permission: str) -> list[int] | None:

@@ -16,10 +16,27 @@ from django.utils import timezone
 
 from tasks_app import operators
 from tasks_app.db import backend
-from tasks_app.models import TERMINAL_STATUSES, Client, Effect, EffectState, Status, Task
+from tasks_app.models import (
+    TERMINAL_STATUSES,
+    Channel,
+    Client,
+    DeliveryAttempt,
+    Effect,
+    EffectState,
+    EventKind,
+    JournalEntry,
+    OutboxMessage,
+    Status,
+    Task,
+    TaskEvent,
+)
 
 
 class TaskNotFound(Exception):
+    pass
+
+
+class ClientNotFound(Exception):
     pass
 
 
@@ -242,23 +259,112 @@ def tools_and_clients_visible_to(user: Any) -> tuple[list[str], list[str]]:
 
 
 def wait_for_outcome(
-    task_id: str, timeout: float, *, stop: Callable[[], bool] | None = None
+    task_id: str,
+    timeout: float,
+    *,
+    stop: Callable[[], bool] | None = None,
+    each: Callable[[Task], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Task:
     """Return task TASK_ID once it is terminal, or as it is when TIMEOUT seconds ran out (or
     STOP, checked between reads, answers True: the caller has gone).
 
     Polls the database (each read sees the latest commit), quickly at first and then every
-    quarter second. Raise TaskNotFound if the task no longer exists. Call it outside any
-    transaction.
+    quarter second, calling EACH with every read of the task that is not terminal yet, and
+    SLEEP between reads (a caller that holds a request thread gives its connection back
+    there). Raise TaskNotFound if the task no longer exists. Call it outside any
+    transaction. Every wait for a task's outcome goes through here.
     """
     deadline = time.monotonic() + timeout
     delay = 0.02
     while True:
-        task = Task.objects.filter(pk=task_id).first()
-        if task is None:
-            raise TaskNotFound(task_id)
-        left = deadline - time.monotonic()
-        if task.is_terminal or left <= 0 or (stop is not None and stop()):
+        task = task_get(task_id)
+        if task.is_terminal:
             return task
-        time.sleep(min(delay, left))
+        if each is not None:
+            each(task)
+        left = deadline - time.monotonic()
+        if left <= 0 or (stop is not None and stop()):
+            return task
+        sleep(min(delay, left))
         delay = min(delay * 1.5, 0.25)
+
+
+def task_get(task_id: str) -> Task:
+    """Return task TASK_ID as committed now (no permission check: for a caller that already
+    holds the task). Raise TaskNotFound."""
+    task = Task.objects.filter(pk=task_id).first()
+    if task is None:
+        raise TaskNotFound(task_id)
+    return task
+
+
+# --- the console's task page ------------------------------------------------------------------
+
+
+def task_latest_ids(task: Task) -> tuple[int | None, int | None]:
+    """The ids of TASK's latest event and latest webhook delivery attempt: either changes
+    the task page."""
+    last_event = task.events.order_by("-pk").values_list("pk", flat=True).first()
+    tries = DeliveryAttempt.objects.filter(message__task=task).order_by("-pk")
+    return last_event, tries.values_list("pk", flat=True).first()
+
+
+def cancel_request_of(task: Task) -> TaskEvent | None:
+    """The event of the first cancellation request of TASK, if one was made."""
+    if task.cancel_requested_at is None:
+        return None
+    asked = task.events.filter(kind=EventKind.CANCEL_REQUESTED)
+    return asked.order_by("created_at", "pk").first()
+
+
+def effects_of(task: Task) -> list[Effect]:
+    return list(task.effects.order_by("seq"))
+
+
+def journal_of(task: Task) -> list[JournalEntry]:
+    return list(task.journal.order_by("seq"))
+
+
+def webhook_messages_of(task: Task) -> list[OutboxMessage]:
+    """TASK's webhook messages, oldest first, each with its endpoint and attempts."""
+    messages = task.outbox_messages.select_related("endpoint").prefetch_related("tries")
+    return list(messages.order_by("created_at", "pk"))
+
+
+def timeline_of(task: Task, *, before: int | None, page: int) -> tuple[list[TaskEvent], int | None]:
+    """The latest PAGE events of TASK (before event id BEFORE), oldest first, and the id to
+    ask for the page before them (None at the start of the timeline)."""
+    qs = task.events.all()
+    if before:
+        qs = qs.filter(pk__lt=before)
+    rows_ = list(qs.order_by("-created_at", "-pk")[: page + 1])
+    earlier = rows_[page - 1].pk if len(rows_) > page else None
+    return rows_[:page][::-1], earlier
+
+
+# --- the console's deliveries page ------------------------------------------------------------
+
+
+def client_get_for_operator(*, user: Any, client_id: int) -> Client:
+    """Return client CLIENT_ID if USER may see its tasks. Raise ClientNotFound otherwise."""
+    visible = client_ids_visible_to(user)
+    if visible is not None and client_id not in visible:
+        raise ClientNotFound(client_id)
+    client = Client.objects.select_related("tenant").filter(pk=client_id).first()
+    if client is None:
+        raise ClientNotFound(client_id)
+    return client
+
+
+def webhook_deliveries_of(client: Client, *, limit: int) -> list[OutboxMessage]:
+    """CLIENT's latest LIMIT webhook messages, newest first, with endpoint and attempts."""
+    recent = OutboxMessage.objects.filter(channel=Channel.WEBHOOK, endpoint__client=client)
+    recent = recent.select_related("endpoint").prefetch_related("tries")
+    return list(recent.order_by("-created_at", "-pk")[:limit])
+
+
+def webhook_delivery_of(client: Client, message_id: int) -> OutboxMessage | None:
+    return OutboxMessage.objects.filter(
+        pk=message_id, channel=Channel.WEBHOOK, endpoint__client=client
+    ).first()

@@ -174,7 +174,7 @@ def purge_expired_job() -> int:
     from tasks_app import retention, runtime, sessions
 
     sessions.purge_idle()
-    runtime.strand_intended_of_finished()
+    runtime.mark_unknown_intended_of_finished()
     return retention.purge_expired()
 
 

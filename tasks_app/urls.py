@@ -2,16 +2,17 @@ from __future__ import annotations
 
 from django.urls import path
 
-from tasks_app import dashboard, deliveries, views
+from tasks_app import views
+from tasks_app.console import actions, deliveries, task_list, task_page
 
 urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
-    path("tasks/", dashboard.task_list, name="task_list"),
-    path("tasks/<str:task_id>/", dashboard.task_detail, name="task_detail"),
-    path("tasks/<str:task_id>/cancel/", dashboard.task_cancel, name="task_cancel"),
+    path("tasks/", task_list.task_list, name="task_list"),
+    path("tasks/<str:task_id>/", task_page.task_detail, name="task_detail"),
+    path("tasks/<str:task_id>/cancel/", actions.task_cancel, name="task_cancel"),
     path(
         "tasks/<str:task_id>/effects/<int:effect_id>/reconcile/",
-        dashboard.effect_reconcile,
+        actions.effect_reconcile,
         name="effect_reconcile",
     ),
     path(

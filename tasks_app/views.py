@@ -7,20 +7,6 @@ from django.views.decorators.http import require_GET
 
 from elicitations.metrics import PendingQuestionsCollector
 from tasks_app import health, metrics
-from tasks_app.dashboard import effect_reconcile, task_cancel, task_detail, task_list
-
-# The operator console's views live in tasks_app.dashboard.
-__all__ = [
-    "effect_reconcile",
-    "favicon",
-    "healthz",
-    "livez",
-    "metrics_view",
-    "readyz",
-    "task_cancel",
-    "task_detail",
-    "task_list",
-]
 
 
 def _health(request: HttpRequest, *, ready: bool) -> JsonResponse:

@@ -249,7 +249,7 @@ def sleeper(ctx: ToolContext, seconds: float = 5) -> str:
 @tools.tool(task="required")
 def suicide(ctx: ToolContext) -> str:
     """Kills its own process with SIGKILL inside an effect, once per task (worker tests)."""
-    from tasks_app.models import DemoRefund
+    from tasks_app.tools.toolsets.demo.models import DemoRefund
 
     with ctx.effect("mark") as fx:
         if not fx.done:

@@ -14,7 +14,7 @@ import logging
 import math
 from typing import Any
 
-from tasks_app.models import TASKS_EXTENSION
+from tasks_app.models import TASKS_EXTENSION, Task
 from tasks_app.tools.results import new_reference
 
 
@@ -215,6 +215,19 @@ def from_code(code: int, message: str, data: Any = None) -> McpError:
     error.code = code
     error.http_status = HTTP_STATUS.get(code, 200)
     return error
+
+
+def task_failed(task: Task, meta: dict[str, Any], default: str) -> McpError:
+    """The JSON-RPC error a failed TASK's call ends with: the code, message and data its tool
+    or the runtime recorded (``Task.error``), META (which names the task) joined to the data,
+    DEFAULT when neither the error nor the status message says anything."""
+    error = task.error or {}
+    data = error.get("data")
+    return from_code(
+        int(error.get("code", -32603)),
+        str(error.get("message") or task.status_message or default),
+        {**data, **meta} if isinstance(data, dict) else (data if data is not None else meta),
+    )
 
 
 def outage_types() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:

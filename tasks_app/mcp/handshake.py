@@ -75,8 +75,8 @@ from tasks_app.models import Client, Era, McpSession
 
 log = logging.getLogger("tasks_app.mcp")
 
-VERSIONS = ("2025-11-25", "2025-06-18", "2025-03-26")
-LATEST = "2025-11-25"
+LATEST = Era.LEGACY.value
+VERSIONS = (LATEST, "2025-06-18", "2025-03-26")
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "MCP-Protocol-Version"
 SYNC_REQUEST_PREFIX = "taskdesk-s:"
@@ -112,7 +112,7 @@ def _capabilities(version: str) -> dict[str, Any]:
         "completions": {},
         "logging": {},
     }
-    if version == "2025-11-25":
+    if version == LATEST:
         # Tasks arrived in 2025-11-25 (experimental, SEP-1686); only tools/call makes them.
         capabilities["tasks"] = {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}}
     return capabilities

@@ -134,7 +134,6 @@ def required_message(tool: ToolSpec) -> str:
     if tool.key_argument:
         ways = f'the {HEADER} HTTP header, params._meta["{META_KEY}"] or the "{tool.key_argument}" argument'
     return (
-        f"Tool {tool.name!r} requires an idempotency key, so that a retried call cannot run "
-        f"twice. Send one in {ways}: 1 to 255 visible ASCII characters, new for each call "
-        "and the same on every retry of that call."
+        f"{acceptance.key_required(tool)} Send one in {ways}: 1 to 255 visible ASCII "
+        "characters, new for each call and the same on every retry of that call."
     )

@@ -36,6 +36,7 @@ from django.conf import settings
 from django.http import StreamingHttpResponse
 from django.utils import timezone
 
+from elicitations.selectors import pending_for_client
 from tasks_app.mcp import session_streams, stream_slots, streaming
 from tasks_app.mcp.errors import tasks_extension_required
 from tasks_app.mcp.handlers import tasks
@@ -85,7 +86,7 @@ def subscriptions_listen(call: Call) -> StreamingHttpResponse:
         found = {t.pk: t for t in Task.objects.filter(client_id=call.client.pk, pk__in=requested)}
         watched = [task_id for task_id in requested if task_id in found]
         waiting = [t.pk for t in found.values() if t.status == Status.INPUT_REQUIRED]
-        pending = tasks.pending_requests(waiting) if waiting else {}
+        pending = pending_for_client(waiting) if waiting else {}
         first = [tasks.detailed(found[task_id], pending) for task_id in watched]
         watch = session_streams.watch_tasks(call.client.pk, frozenset(watched), since)
     except BaseException:

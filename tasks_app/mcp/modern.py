@@ -44,9 +44,9 @@ from tasks_app.mcp.headers import header
 from tasks_app.mcp.methods import methods
 from tasks_app.mcp.registry import Call, Method
 from tasks_app.mcp.streaming import Streamed
-from tasks_app.models import Client
+from tasks_app.models import Client, Era
 
-VERSION = "2026-07-28"
+VERSION = Era.MODERN.value
 
 
 def _request_id(message: dict[str, Any]) -> str | int:

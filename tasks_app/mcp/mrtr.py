@@ -24,7 +24,6 @@ from tasks_app.mcp.errors import InvalidParams
 from tasks_app.models import Client
 
 _SALT = "taskdesk.mcp.request-state"
-DEFAULT_MAX_AGE_SECONDS = 900
 
 
 def arguments_digest(arguments: dict[str, Any]) -> str:

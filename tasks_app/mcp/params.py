@@ -1,8 +1,7 @@
 """The params of each MCP method, as strict pydantic models (the ``_meta`` envelope is separate).
 
-Checked in pydantic's compiled core: a ``tasks/get``'s params in 1.6 us and a ``tools/call``'s
-in 2.3, where a DRF serializer took 34 and 66 (it builds and binds its fields for every
-request; about a tenth of a web process's CPU under ``tasks/get``). Strict: a JSON number is
+Checked in pydantic's compiled core, with models built once at import (a DRF serializer builds
+and binds its fields for every request; bench/acceptance.py times the requests). Strict: a JSON number is
 not a string, a string is not an object. ``validate`` returns the params as a dict of the
 fields the client sent plus those with a default; unknown keys are left out. Its errors name
 the first offending field as ``params.<path>`` in the words JSON uses.

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from tasks_app.mcp.headers import sent
 from tasks_app.mcp.params import Params, validate
+from tasks_app.models import Era
 
 if TYPE_CHECKING:
     from rest_framework.request import Request
@@ -37,7 +38,7 @@ class Call:
     view: APIView
     data: dict[str, Any] = field(default_factory=dict)
     # The wire family: "2026-07-28" (stateless) or "2025-11-25" (handshake; ``session`` set).
-    era: str = "2026-07-28"
+    era: str = Era.MODERN.value
     session: McpSession | None = None
 
     def header(self, name: str) -> str | None:

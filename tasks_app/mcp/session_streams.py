@@ -45,6 +45,7 @@ from django.utils import timezone
 from rest_framework.request import Request
 
 from elicitations.models import InputRequest
+from elicitations.selectors import pending_for_client
 from tasks_app.mcp import stream_slots, streaming, wire
 from tasks_app.mcp.envelope import Envelope
 from tasks_app.mcp.handlers import handshake, tasks
@@ -190,7 +191,7 @@ class _Watcher:
             Task.objects.filter(client_id__in=clients, updated_at__gt=since).order_by("updated_at")
         )
         waiting = list(Task.objects.filter(client_id__in=clients, status=Status.INPUT_REQUIRED))
-        questions = handshake.pending_questions_of([t.pk for t in waiting]) if waiting else {}
+        questions = pending_for_client([t.pk for t in waiting]) if waiting else {}
         changed_of: dict[int, list[Task]] = {}
         for task in changed:
             changed_of.setdefault(task.client_id, []).append(task)

@@ -15,8 +15,8 @@ from tasks_app.runtime.draining import run_waiting_legs
 from tasks_app.runtime.effects import (
     NotReconcilable,
     downstream_key,
+    mark_unknown_intended_of_finished,
     reconcile_effect,
-    strand_intended_of_finished,
 )
 from tasks_app.runtime.leases import forget_stale_drainers, redispatch_expired_leases
 from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg
@@ -30,9 +30,9 @@ __all__ = [
     "downstream_key",
     "forget_stale_drainers",
     "job_time_limit",
+    "mark_unknown_intended_of_finished",
     "reconcile_effect",
     "redispatch_expired_leases",
     "run_leg",
     "run_waiting_legs",
-    "strand_intended_of_finished",
 ]

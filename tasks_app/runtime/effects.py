@@ -523,7 +523,7 @@ def _webhook_detail(name: str, seq: int, key: str) -> dict[str, Any]:
     return {"effect": {"name": name, "seq": seq, "key": key}}
 
 
-def strand_intended_of_finished(*, now: datetime | None = None, limit: int = 1000) -> int:
+def mark_unknown_intended_of_finished(*, now: datetime | None = None, limit: int = 1000) -> int:
     """Mark ``unknown`` the effects still ``intended`` on finished, unleased tasks past their
     purge moment: the leg that ran them stopped (or was refused its write) before recording
     an outcome, and no leg will run again. Such a task is kept by the purge until an operator

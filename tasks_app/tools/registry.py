@@ -31,7 +31,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 # Toolset name -> module path. Projects add their own with ``register_toolset``.
 TOOLSET_MODULES: dict[str, str] = {
-    "demo": "tasks_app.tools.toolsets.demo",
+    "demo": "tasks_app.tools.toolsets.demo.tools",
     "conformance": "tasks_app.tools.toolsets.conformance",
 }
 

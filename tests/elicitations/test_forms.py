@@ -10,7 +10,7 @@ from django import forms
 
 from elicitations.forms import AnswerForm, answer_summary, field_for
 from elicitations.schemas import check_form_schema
-from tasks_app.tools.toolsets.demo import APPROVAL_FORM
+from tasks_app.tools.toolsets.demo.tools import APPROVAL_FORM
 
 YES_NO = [("true", "Yes"), ("false", "No")]
 DECISION = {

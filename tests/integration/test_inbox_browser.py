@@ -392,7 +392,7 @@ def test_screenshots_of_the_inbox_and_the_answer_form(
     make_operator("olga")
     now = timezone.now()
     # Nothing is answered here, so these tasks never reach a worker: real tool names are safe.
-    from tasks_app.tools.toolsets.demo import APPROVAL_FORM
+    from tasks_app.tools.toolsets.demo.tools import APPROVAL_FORM
 
     # The demo refund's own question: the decision is the answer.
     refund = ask(tool="refund_payment", deadline=now + timedelta(minutes=45), schema=APPROVAL_FORM)
@@ -476,7 +476,7 @@ def test_an_operator_approves_a_large_refund_once_and_a_second_operator_is_told(
     from playwright.sync_api import expect
 
     from tasks_app.models import Effect
-    from tasks_app.tools.toolsets.demo import DemoRefund
+    from tasks_app.tools.toolsets.demo.models import DemoRefund
 
     make_operator("olga")
     make_operator("sam")
@@ -557,7 +557,7 @@ def test_a_refund_needs_a_decision_and_decline_refuses_it(
 ) -> None:
     from playwright.sync_api import expect
 
-    from tasks_app.tools.toolsets.demo import DemoRefund
+    from tasks_app.tools.toolsets.demo.models import DemoRefund
 
     make_operator("olga")
     page = log_in(browser, stack, "olga")
@@ -622,7 +622,7 @@ def test_a_refund_reason_with_markup_renders_as_text_and_can_be_declined(
 ) -> None:
     from playwright.sync_api import expect
 
-    from tasks_app.tools.toolsets.demo import DemoRefund
+    from tasks_app.tools.toolsets.demo.models import DemoRefund
 
     make_operator("olga")
     page = log_in(browser, stack, "olga")

@@ -19,7 +19,8 @@ import time
 
 import pytest
 
-from tasks_app.models import DemoRefund, Effect, Status, Task
+from tasks_app.models import Effect, Status, Task
+from tasks_app.tools.toolsets.demo.models import DemoRefund
 from tests.integration.worker_helpers import describe, runtime_stack, submit, terminal
 from tests.live import pool_restored, wait_for
 

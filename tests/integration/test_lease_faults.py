@@ -14,7 +14,8 @@ import signal
 
 import pytest
 
-from tasks_app.models import DemoRefund, Effect, Status, Task, TaskEvent
+from tasks_app.models import Effect, Status, Task, TaskEvent
+from tasks_app.tools.toolsets.demo.models import DemoRefund
 from tests.integration.worker_helpers import describe, runtime_stack, submit, terminal
 from tests.live import wait_for
 

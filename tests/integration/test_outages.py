@@ -23,7 +23,8 @@ import httpx
 import psycopg
 import pytest
 
-from tasks_app.models import DemoRefund, Effect, Status, Task
+from tasks_app.models import Effect, Status, Task
+from tasks_app.tools.toolsets.demo.models import DemoRefund
 from tests.live import (
     BIN,
     ROOT,

@@ -19,7 +19,8 @@ import pytest
 from elicitations import transitions as elicitations
 from elicitations.models import Channel, RequestStatus
 from tasks_app import runtime
-from tasks_app.models import DemoRefund, Effect, Status, Task
+from tasks_app.models import Effect, Status, Task
+from tasks_app.tools.toolsets.demo.models import DemoRefund
 from tests.integration.worker_helpers import (
     describe,
     export_writes,

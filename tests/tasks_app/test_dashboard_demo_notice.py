@@ -9,7 +9,7 @@ from tasks_app import runtime
 from tasks_app.models import Effect, Status
 from tasks_app.runtime import LegOutcome
 from tasks_app.tools import get_tool
-from tasks_app.tools.toolsets import demo
+from tasks_app.tools.toolsets.demo import tools as demo
 from tests.tasks_app.runtime.helpers import events, leg, submit
 from tests.tasks_app.test_demo_tools import after_death, die_once, run_dying_leg
 

@@ -14,12 +14,13 @@ from django.utils import timezone
 from elicitations import transitions as elicitations
 from elicitations.models import Channel
 from tasks_app import runtime
-from tasks_app.models import DemoRefund, Effect, Status, Task
+from tasks_app.models import Effect, Status, Task
 from tasks_app.runtime import LegOutcome
 from tasks_app.testing import Killed as Died
 from tasks_app.testing import after_death
 from tasks_app.tools import get_tool
-from tasks_app.tools.toolsets import demo
+from tasks_app.tools.toolsets.demo import tools as demo
+from tasks_app.tools.toolsets.demo.models import DemoRefund
 from tests.tasks_app.runtime.helpers import answer, events, leg, next_dispatch, pending, submit
 from tests.tasks_app.runtime.helpers import text_of as text
 

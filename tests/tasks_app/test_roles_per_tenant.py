@@ -45,14 +45,11 @@ def ask(task: Task):  # type: ignore[no-untyped-def]
 
 
 def test_granting_a_role_in_one_tenant_leaves_the_other(ines, alice, bob) -> None:  # type: ignore[no-untyped-def]
-    assert operators.role_of(ines, alice.tenant) == "operator"
-    assert operators.role_of(ines, bob.tenant) == "viewer"
-    assert operators.role_of(ines) == "operator"  # the strongest, for people
+    assert operators.roles_of(ines) == {alice.tenant.pk: "operator", bob.tenant.pk: "viewer"}
 
     operators.grant_role(ines, "answerer", bob.tenant)
 
-    assert operators.role_of(ines, alice.tenant) == "operator"
-    assert operators.role_of(ines, bob.tenant) == "answerer"
+    assert operators.roles_of(ines) == {alice.tenant.pk: "operator", bob.tenant.pk: "answerer"}
 
 
 def test_the_task_pages_ask_for_the_role_in_the_tasks_tenant(client, ines, tasks) -> None:  # type: ignore[no-untyped-def]

@@ -12,9 +12,9 @@ from tasks_app.mcp.errors import InvalidParams
 from tasks_app.mcp.methods import methods
 from tasks_app.mcp.params import CompletionParams, ListParams
 from tasks_app.mcp.registry import Call
-from tasks_app.models import TASKS_EXTENSION
+from tasks_app.models import TASKS_EXTENSION, Era
 
-SUPPORTED_VERSIONS = ["2026-07-28"]
+SUPPORTED_VERSIONS = [Era.MODERN.value]
 # Lists change only when the server is redeployed with other toolsets; they are the same for
 # every client, so shared caches may keep them for a while (SEP-2549 caching hints).
 LIST_TTL_MS = 300_000

@@ -30,11 +30,12 @@ from typing import Any
 from django.conf import settings
 
 from elicitations.models import InputRequest, Mode
+from elicitations.selectors import pending_for_client
 from tasks_app import selectors, sessions, transitions
 from tasks_app.mcp import catalog, limits, stream_slots, wire
 from tasks_app.mcp.auth import PollThrottle
 from tasks_app.mcp.envelope import Envelope
-from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, from_code
+from tasks_app.mcp.errors import InternalError, InvalidParams, MethodNotFound, task_failed
 
 # discovery, prompts and resources register the methods shared below.
 from tasks_app.mcp.handlers import discovery, prompts, resources, tasks, tools  # noqa: F401
@@ -183,10 +184,10 @@ def tasks_list(call: Call) -> dict[str, Any]:
         cursor = selectors.Cursor.decode(text)
         if cursor is None or not cursor.older:
             raise InvalidParams(f"Invalid cursor: {text!r}", data={"cursor": text})
-    tasks, following = selectors.task_page_for_client(
+    page, following = selectors.task_page_for_client(
         client=call.client, cursor=cursor, limit=TASKS_PAGE
     )
-    out: dict[str, Any] = {"tasks": [wire.task_fields(t, Era.LEGACY) for t in tasks]}
+    out: dict[str, Any] = {"tasks": [wire.task_fields(t, Era.LEGACY) for t in page]}
     if following is not None:
         out["nextCursor"] = following.encode()
     return out
@@ -207,12 +208,9 @@ def tasks_cancel(call: Call) -> dict[str, Any]:
     # busy) has written nothing.
     with limits.sync_slots.held("tasks/cancel waits and synchronous calls", call.client.pk):
         transitions.request_cancel(task_id=task.pk, actor_type=Actor.CLIENT, actor=call.client.name)
-        deadline = time.monotonic() + settings.TASKDESK_CANCEL_WAIT_SECONDS
-        while True:
-            task = Task.objects.get(pk=task.pk)
-            if task.is_terminal or time.monotonic() >= deadline:
-                return wire.task_fields(task, Era.LEGACY)
-            pause(0.05)
+        seconds = settings.TASKDESK_CANCEL_WAIT_SECONDS
+        task = selectors.wait_for_outcome(task.pk, seconds, sleep=pause)
+        return wire.task_fields(task, Era.LEGACY)
 
 
 def final_result(task: Task) -> dict[str, Any]:
@@ -221,15 +219,7 @@ def final_result(task: Task) -> dict[str, Any]:
         return wire.task_result(task)
     related = wire.related_task(task.pk)
     if task.status == Status.FAILED:
-        error = task.error or {}
-        data = error.get("data")
-        raise from_code(
-            int(error.get("code", -32603)),
-            str(error.get("message") or task.status_message or "The task failed"),
-            {**data, **related}
-            if isinstance(data, dict)
-            else (data if data is not None else related),
-        )
+        raise task_failed(task, related, "The task failed")
     raise InternalError(f"Task {task.pk} was cancelled before it finished", data=related)
 
 
@@ -320,24 +310,29 @@ def _wait_for_result(
     the stream). While it waits for a client's answer, send each pending question as
     ``elicitation/create`` on this stream (once)."""
     sent: set[str] = set()
-    delay = 0.02
-    ends = time.monotonic() + seconds
-    while not cancelled.is_set():
-        task = Task.objects.filter(pk=task_id).first()
-        if task is None:
-            raise InvalidParams(f"Task {task_id} not found", data={"taskId": task_id})
-        if task.is_terminal:
-            return final_result(task)
-        if task.status == Status.INPUT_REQUIRED:
-            for question in pending_questions(task):
-                if question.key not in sent and asks_client(envelope, question):
-                    emit(question_request(task, question))
-                    sent.add(question.key)
-        if time.monotonic() >= ends or (withdrawn is not None and withdrawn()):
-            raise EndStream()
-        pause(delay)
-        delay = min(delay * 1.5, 0.5)
-    raise InternalError("The client closed the stream")
+
+    def ask(task: Task) -> None:
+        if task.status != Status.INPUT_REQUIRED:
+            return
+        for question in pending_for_client([task.pk]).get(task.pk, []):
+            if question.key not in sent and asks_client(envelope, question):
+                emit(question_request(task, question))
+                sent.add(question.key)
+
+    def stop() -> bool:
+        return cancelled.is_set() or (withdrawn is not None and withdrawn())
+
+    if cancelled.is_set():
+        raise InternalError("The client closed the stream")
+    try:
+        task = selectors.wait_for_outcome(task_id, seconds, stop=stop, each=ask, sleep=pause)
+    except selectors.TaskNotFound:
+        raise InvalidParams(f"Task {task_id} not found", data={"taskId": task_id}) from None
+    if task.is_terminal:
+        return final_result(task)
+    if cancelled.is_set():
+        raise InternalError("The client closed the stream")
+    raise EndStream()
 
 
 def task_of_client(client: Client, task_id: str) -> Task | None:
@@ -345,16 +340,6 @@ def task_of_client(client: Client, task_id: str) -> Task | None:
         return selectors.task_get_for_client(client=client, task_id=task_id)
     except selectors.TaskNotFound:
         return None
-
-
-def pending_questions(task: Task) -> list[InputRequest]:
-    return pending_questions_of([task.pk]).get(task.pk, [])
-
-
-def pending_questions_of(task_ids: list[str]) -> dict[str, list[InputRequest]]:
-    """The client-audience questions still pending of each of TASK_IDS, oldest first (one
-    query for them all; the same ones ``tasks/get`` lists)."""
-    return tasks.pending_requests(task_ids)
 
 
 def asks_client(envelope: Envelope, question: InputRequest) -> bool:

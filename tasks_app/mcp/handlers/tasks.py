@@ -15,7 +15,8 @@ from typing import Any
 from django.db import transaction
 
 from elicitations import transitions as elicitation_transitions
-from elicitations.models import Audience, Channel, InputRequest, RequestStatus
+from elicitations.models import Channel, InputRequest
+from elicitations.selectors import keys_asked, pending_for_client
 from tasks_app import logcontext, selectors, transitions
 from tasks_app.mcp import limits, wire
 from tasks_app.mcp.auth import PollThrottle
@@ -48,27 +49,13 @@ def tasks_get(call: Call) -> dict[str, Any]:
 
 def task_as_got(task: Task) -> dict[str, Any]:
     """TASK as ``tasks/get`` returns it (also the ``data`` of its webhooks)."""
-    pending = pending_requests([task.pk]) if task.status == Status.INPUT_REQUIRED else {}
+    pending = pending_for_client([task.pk]) if task.status == Status.INPUT_REQUIRED else {}
     return detailed(task, pending)
-
-
-def pending_requests(task_ids: Sequence[str]) -> dict[str, list[InputRequest]]:
-    """The requests still pending of each of TASK_IDS that their client may answer, oldest
-    first (one query for them all): what an ``input_required`` task lists (SEP-2663)."""
-    out: dict[str, list[InputRequest]] = {}
-    pending = InputRequest.objects.filter(
-        task_id__in=list(task_ids),
-        status=RequestStatus.PENDING,
-        audience__in=[Audience.CLIENT, Audience.ANY],
-    ).order_by("pk")
-    for question in pending:
-        out.setdefault(question.task_id, []).append(question)
-    return out
 
 
 def detailed(task: Task, pending: Mapping[str, Sequence[InputRequest]]) -> dict[str, Any]:
     """The ``tasks/get`` body of TASK (``DetailedTask``), its requests taken from PENDING
-    (``pending_requests``): also the params of a ``notifications/tasks``."""
+    (``elicitations.selectors.pending_for_client``): also the params of a ``notifications/tasks``."""
     requests = pending.get(task.pk, ()) if task.status == Status.INPUT_REQUIRED else ()
     return wire.detailed_task(task, requests)
 
@@ -84,11 +71,7 @@ def tasks_update(call: Call) -> dict[str, Any]:
     if not responses:
         return {}
     with transaction.atomic():
-        asked = set(
-            InputRequest.objects.filter(task_id=task.pk, key__in=list(responses)).values_list(
-                "key", flat=True
-            )
-        )
+        asked = keys_asked(task_id=task.pk, keys=responses)
         for key, response in responses.items():
             if key in asked:
                 elicitation_transitions.answer(

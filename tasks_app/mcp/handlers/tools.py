@@ -33,9 +33,9 @@ from tasks_app.mcp import catalog, keys, limits, mrtr, wire
 from tasks_app.mcp.errors import (
     InternalError,
     InvalidParams,
-    McpError,
     from_code,
     is_outage,
+    task_failed,
     tasks_extension_required,
 )
 from tasks_app.mcp.handlers import running
@@ -220,8 +220,7 @@ def _await(receipt: acceptance.Receipt, call: Call) -> dict[str, Any]:
         raise InternalError(f"The job {receipt.task.pk} disappeared before it finished") from None
     meta = {TASK_ID_META: task.pk, **wire.receipt_meta(receipt)}
     if task.status == Status.FAILED:
-        error = task.error or {}
-        raise _failed(task, error)
+        raise task_failed(task, {TASK_ID_META: task.pk}, "The job failed")
     if task.status == Status.COMPLETED:
         result = wire.call_tool_result(task.result)
     elif task.status == Status.CANCELLED:
@@ -230,16 +229,6 @@ def _await(receipt: acceptance.Receipt, call: Call) -> dict[str, Any]:
         result = _still_running(task)
     result["_meta"] = {**result.get("_meta", {}), **meta}
     return result
-
-
-def _failed(task: Task, error: dict[str, Any]) -> McpError:
-    data = error.get("data")
-    extra = {TASK_ID_META: task.pk}
-    return from_code(
-        int(error.get("code", -32603)),
-        str(error.get("message") or task.status_message or "The job failed"),
-        {**data, **extra} if isinstance(data, dict) else (data if data is not None else extra),
-    )
 
 
 def _still_running(task: Task) -> dict[str, Any]:

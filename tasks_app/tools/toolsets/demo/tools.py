@@ -26,9 +26,9 @@ from django.db.models import F
 from django.utils import timezone
 from pydantic import BaseModel, Field
 
-from tasks_app.models import DemoRefund
 from tasks_app.tools import ToolContext, ToolError, ToolResult, Toolset
 from tasks_app.tools.results import text as text_block
+from tasks_app.tools.toolsets.demo.models import DemoRefund
 
 tools = Toolset("demo")
 

@@ -1,9 +1,4 @@
-"""Fixtures the official MCP conformance suite calls by name (TASKDESK_TOOLSETS=conformance).
-
-Written with the same public API any tool author uses; the protocol code knows nothing
-about them. The suite checks names, shapes and a few exact texts (``greet``), so the texts
-here follow the suite's reference fixtures where it compares them.
-"""
+"""The conformance suite's tools: content types, tasks, questions, progress and logs."""
 
 from __future__ import annotations
 
@@ -16,7 +11,6 @@ import zlib
 from typing import Any
 
 from tasks_app.tools import ProtocolError, Question, ToolContext, ToolError, ToolResult, Toolset
-from tasks_app.tools.prompts import Prompt, PromptArgument, Resource, ResourceTemplate
 from tasks_app.tools.results import text
 
 tools = Toolset("conformance")
@@ -228,7 +222,7 @@ def test_missing_capability(ctx: ToolContext) -> str:
             "maxTokens": 20,
         },
     )
-    return f"Sampled: {_sampled_text(result)}"
+    return f"Sampled: {sampled_text(result)}"
 
 
 @tools.tool
@@ -250,7 +244,7 @@ def test_sampling(ctx: ToolContext, prompt: str) -> str:
             "maxTokens": 100,
         },
     )
-    return f"LLM response: {_sampled_text(result)}"
+    return f"LLM response: {sampled_text(result)}"
 
 
 @tools.tool
@@ -395,252 +389,9 @@ def test_routed_by_header(ctx: ToolContext, region: str) -> str:
     return f"Routed to {region}"
 
 
-# --- MRTR: input_required results on synchronous calls (SEP-2322) ----------------------
-
-
-@tools.tool
-def test_input_required_result_elicitation(ctx: ToolContext) -> str:
-    """Ask for a name, then greet."""
-    answer = ctx.ask("user_name", message="What is your name?", schema=NAME_FORM)
-    return f"Hello, {answer.content.get('name', answer.action)}!"
-
-
-@tools.tool
-def test_input_required_result_sampling(ctx: ToolContext) -> str:
-    """Ask the client's model a question."""
-    result = ctx.request_input(
-        "capital_question",
-        "sampling/createMessage",
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": {"type": "text", "text": "What is the capital of France?"},
-                }
-            ],
-            "maxTokens": 100,
-        },
-    )
-    return f"The model said: {_sampled_text(result)}"
-
-
-@tools.tool
-def test_input_required_result_list_roots(ctx: ToolContext) -> str:
-    """Ask for the client's roots."""
-    result = ctx.request_input("client_roots", "roots/list", {})
-    uris = [root.get("uri", "?") for root in result.get("roots", []) if isinstance(root, dict)]
-    return f"Client roots: {', '.join(uris) or 'none'}"
-
-
-@tools.tool
-def test_input_required_result_request_state(ctx: ToolContext) -> str:
-    """Ask for a confirmation across a signed requestState."""
-    answer = ctx.ask(
-        "confirm",
-        message="Please confirm",
-        schema=CONFIRM_FORM,
-    )
-    # Reaching here on a retry means the server verified the echoed requestState.
-    return f"state-ok: confirmation {answer.action}"
-
-
-@tools.tool
-def test_input_required_result_multiple_inputs(ctx: ToolContext) -> str:
-    """Ask for a name, a model greeting and the roots in one round."""
-    results = ctx.request_inputs(
-        {
-            "user_name": (
-                "elicitation/create",
-                {"mode": "form", "message": "What is your name?", "requestedSchema": NAME_FORM},
-            ),
-            "greeting": (
-                "sampling/createMessage",
-                {
-                    "messages": [
-                        {"role": "user", "content": {"type": "text", "text": "Generate a greeting"}}
-                    ],
-                    "maxTokens": 50,
-                },
-            ),
-            "client_roots": ("roots/list", {}),
-        }
-    )
-    name = (results["user_name"].get("content") or {}).get("name", "?")
-    roots = len(results["client_roots"].get("roots", []))
-    return f"{_sampled_text(results['greeting'])} {name} ({roots} roots)"
-
-
-@tools.tool
-def test_input_required_result_multi_round(ctx: ToolContext) -> str:
-    """Ask for a name, then (next round) for a favourite colour."""
-    name = ctx.ask("step1", message="Step 1: What is your name?", schema=NAME_FORM)
-    color = ctx.ask(
-        "step2",
-        message="Step 2: What is your favorite color?",
-        schema={
-            "type": "object",
-            "properties": {"color": {"type": "string"}},
-            "required": ["color"],
-        },
-    )
-    return f"{name.content.get('name')} likes {color.content.get('color')}"
-
-
-@tools.tool
-def test_input_required_result_tampered_state(ctx: ToolContext) -> str:
-    """Ask for a confirmation; a tampered requestState on the retry is refused."""
-    answer = ctx.ask(
-        "confirm",
-        message="Please confirm",
-        schema=CONFIRM_FORM,
-    )
-    return f"Confirmed: {answer.action}"
-
-
-@tools.tool
-def test_input_required_result_capabilities(ctx: ToolContext) -> str:
-    """Ask with a form if the client can show one, otherwise ask its model."""
-    try:
-        answer = ctx.ask("user_name", message="What is your name?", schema=NAME_FORM)
-        return f"Hello, {answer.content.get('name', answer.action)}!"
-    except ProtocolError as exc:
-        if exc.code != -32021:
-            raise
-    result = ctx.request_input(
-        "capital_question",
-        "sampling/createMessage",
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": {"type": "text", "text": "What is the capital of France?"},
-                }
-            ],
-            "maxTokens": 100,
-        },
-    )
-    return f"The model said: {_sampled_text(result)}"
-
-
-def _sampled_text(result: dict[str, Any]) -> str:
+def sampled_text(result: dict[str, Any]) -> str:
     content = result.get("content")
     if isinstance(content, list):
         content = content[0] if content else {}
     text = content.get("text") if isinstance(content, dict) else None
     return text if isinstance(text, str) else "(no text)"
-
-
-# --- prompts -----------------------------------------------------------------------------
-
-
-def _user(content: dict[str, Any]) -> list[dict[str, Any]]:
-    return [{"role": "user", "content": content}]
-
-
-def _simple_prompt(ctx: ToolContext) -> str:
-    return "This is a simple prompt for testing."
-
-
-def _prompt_with_arguments(ctx: ToolContext, arg1: str, arg2: str) -> str:
-    return f"Prompt with arguments: arg1='{arg1}', arg2='{arg2}'"
-
-
-def _complete_arguments(argument: str, value: str) -> list[str]:
-    options = {"arg1": ["paris", "park", "party"], "arg2": ["alpha", "beta", "gamma"]}
-    return [option for option in options.get(argument, []) if option.startswith(value)]
-
-
-def _prompt_with_resource(ctx: ToolContext, resourceUri: str) -> list[dict[str, Any]]:
-    resource = {
-        "uri": resourceUri,
-        "mimeType": "text/plain",
-        "text": "Embedded resource content for testing.",
-    }
-    return [
-        *_user({"type": "resource", "resource": resource}),
-        *_user(text("Please process the embedded resource above.")),
-    ]
-
-
-def _prompt_with_image(ctx: ToolContext) -> list[dict[str, Any]]:
-    return [*_user(IMAGE), *_user(text("Please analyze the image above."))]
-
-
-def _input_required_prompt(ctx: ToolContext) -> str:
-    answer = ctx.ask(
-        "user_context",
-        message="What context should the prompt use?",
-        schema={
-            "type": "object",
-            "properties": {"context": {"type": "string"}},
-            "required": ["context"],
-        },
-    )
-    return f"Answer with this context in mind: {answer.content.get('context', '')}"
-
-
-for _prompt in (
-    Prompt("test_simple_prompt", "A simple prompt without arguments", _simple_prompt),
-    Prompt(
-        "test_prompt_with_arguments",
-        "A prompt with two required arguments",
-        _prompt_with_arguments,
-        arguments=(
-            PromptArgument("arg1", "First test argument", required=True),
-            PromptArgument("arg2", "Second test argument", required=True),
-        ),
-        complete=_complete_arguments,
-    ),
-    Prompt(
-        "test_prompt_with_embedded_resource",
-        "A prompt that embeds a resource",
-        _prompt_with_resource,
-        arguments=(PromptArgument("resourceUri", "URI of the resource to embed", required=True),),
-    ),
-    Prompt("test_prompt_with_image", "A prompt with an image", _prompt_with_image),
-    Prompt(
-        "test_input_required_result_prompt",
-        "A prompt that asks the client for context first",
-        _input_required_prompt,
-    ),
-):
-    tools.prompts[_prompt.name] = _prompt
-
-
-# --- resources ---------------------------------------------------------------------------
-
-
-def _template_data(id: str) -> str:
-    return json.dumps({"id": id, "templateTest": True, "data": f"Data for ID: {id}"})
-
-
-for _resource in (
-    Resource(
-        "test://static-text",
-        "static-text",
-        lambda: "This is the content of the static text resource.",
-        description="A static text resource",
-    ),
-    Resource(
-        "test://static-binary",
-        "static-binary",
-        lambda: PNG,
-        mime_type="image/png",
-        description="A static PNG image",
-    ),
-    Resource(
-        "test://watched-resource",
-        "watched-resource",
-        lambda: "Watched resource content.",
-        description="A resource clients may watch",
-    ),
-):
-    tools.resources[_resource.uri] = _resource
-
-tools.resources["test://template/{id}/data"] = ResourceTemplate(
-    "test://template/{id}/data",
-    "template-data",
-    _template_data,
-    mime_type="application/json",
-    description="Data for an id, read through a URI template",
-)

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 import socket
 from datetime import timedelta
 
@@ -135,7 +136,8 @@ def test_the_metrics_token_and_staff_get_every_detail(
         assert body["database"] == {"ok": True, "vendor": connection.vendor}
         assert body["broker"]["transport"]
         assert body["workers"]["control"]["heartbeat"] is not None
-        assert "the control worker: last heartbeat 600 s ago" in body["workers"]["error"]
+        # 600 s when written; a second or two more on a slow machine by the time it is read.
+        assert re.search(r"the control worker: last heartbeat 60\d s ago", body["workers"]["error"])
         assert body["warnings"][0].startswith("SECRET_KEY was generated on this host")
 
 

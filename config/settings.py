@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     env_bool,
     env_choice,
+    env_email_url,
     env_float,
     env_int,
     env_list,
@@ -653,6 +654,24 @@ if (
         "TASKDESK_PUBLIC_URL must be an http:// or https:// URL such as "
         f"https://taskdesk.example.com, not {TASKDESK_PUBLIC_URL!r}"
     )
+
+# --- email -----------------------------------------------------------------------------------
+
+# EMAIL_URL: smtp://user:pass@host:587?tls=1 (STARTTLS), smtps://user:pass@host:465 (TLS from
+# the start), console:// or file:///path. Unset: each message is a file in var/mail/ (Django's
+# file backend), so a first start shows what would be sent without a mail server.
+_email = env_email_url("EMAIL_URL", default_file_path=str(VAR_DIR / "mail"))
+EMAIL_BACKEND = _email.backend
+EMAIL_FILE_PATH = _email.file_path
+EMAIL_HOST = _email.host
+EMAIL_PORT = _email.port
+EMAIL_HOST_USER = _email.user
+EMAIL_HOST_PASSWORD = _email.password
+EMAIL_USE_TLS = _email.use_tls
+EMAIL_USE_SSL = _email.use_ssl
+EMAIL_TIMEOUT = _email.timeout
+DEFAULT_FROM_EMAIL = env_str("TASKDESK_MAIL_FROM") or "Taskdesk <taskdesk@localhost>"
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
 # --- metrics ---------------------------------------------------------------------------------
 

@@ -455,6 +455,8 @@ CONTROL_JOBS = (
     "expire_input_requests_job",
     "dispatch_retry_job",
     "deliver_webhooks_job",
+    "remind_input_requests_job",
+    "send_notices_job",
 )
 CELERY_TASK_ROUTES = {name: {"queue": TASKDESK_CONTROL_QUEUE} for name in CONTROL_JOBS}
 # Celery's time limits of every job that sets none (the control jobs): past the soft limit the
@@ -506,6 +508,9 @@ for _network in TASKDESK_WEBHOOK_ALLOWED_NETWORKS:
         raise ImproperlyConfigured(
             f"TASKDESK_WEBHOOK_ALLOWED_NETWORKS: {_network!r} is not a network (CIDR)"
         ) from None
+# Messages to the people who answer (elicitations.notices): how often the control worker
+# sends due ones (retried with the webhooks' backoff, above).
+TASKDESK_NOTICE_SECONDS = env_float("TASKDESK_NOTICE_SECONDS", 2.0, minimum=0.1)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},
     "heartbeat": {
@@ -521,6 +526,15 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-webhooks": {
         "task": "deliver_webhooks_job",
         "schedule": timedelta(seconds=TASKDESK_WEBHOOK_SECONDS),
+    },
+    # Reminders of inbox questions half way to their deadline, within one sweep interval.
+    "remind-input-requests": {
+        "task": "remind_input_requests_job",
+        "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS),
+    },
+    "send-notices": {
+        "task": "send_notices_job",
+        "schedule": timedelta(seconds=TASKDESK_NOTICE_SECONDS),
     },
 }
 

@@ -39,7 +39,7 @@ from elicitations.models import (
     RequestStatus,
     TenantChat,
 )
-from tasks_app import operators
+from tasks_app import operators, outbox
 from tasks_app.models import Channel, OutboxMessage, Task
 
 # The outbox kinds of the two messages a question can give.
@@ -93,36 +93,27 @@ def recipients(*, tenant_id: int, tool_name: str) -> list[Any]:
 def _write(
     request: InputRequest, task: Task, kind: str, people: Iterable[Any], now: datetime
 ) -> int:
-    chat = TenantChat.objects.filter(tenant_id=task.client.tenant_id, enabled=True).first()
     base = {"request": request.pk, "key": request.key}
-    rows = [
-        OutboxMessage(
-            channel=Channel.EMAIL,
-            kind=kind,
-            task_id=task.pk,
-            recipient=person.email,
-            detail={**base, "user": person.pk, "username": person.get_username()},
-            created_at=now,
-            retry_from=now,
-            due_at=now,
-        )
-        for person in people
-    ]
+    written = outbox.write_to(
+        Channel.EMAIL,
+        kind,
+        task_id=task.pk,
+        to=[
+            (person.email, {**base, "user": person.pk, "username": person.get_username()})
+            for person in people
+        ],
+        now=now,
+    )
+    chat = TenantChat.objects.filter(tenant_id=task.client.tenant_id, enabled=True).first()
     if chat is not None:
-        rows.append(
-            OutboxMessage(
-                channel=Channel.CHAT,
-                kind=kind,
-                task_id=task.pk,
-                recipient=f"chat of {task.client.tenant.slug}",
-                detail={**base, "chat": chat.pk},
-                created_at=now,
-                retry_from=now,
-                due_at=now,
-            )
+        written += outbox.write_to(
+            Channel.CHAT,
+            kind,
+            task_id=task.pk,
+            to=[(f"chat of {task.client.tenant.slug}", {**base, "chat": chat.pk})],
+            now=now,
         )
-    OutboxMessage.objects.bulk_create(rows)
-    return len(rows)
+    return written
 
 
 def announce(request: InputRequest, task: Task) -> int:

@@ -7,11 +7,13 @@ And the embedded default: with no EMAIL_URL, the message is a file in ``var/mail
 
 from __future__ import annotations
 
+import io
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from django.core.management import call_command
 from django.utils import timezone
 
 from elicitations import notices
@@ -24,6 +26,7 @@ from tests.integration.test_inbox_browser import CHROMIUM_ARGS, Browser
 from tests.integration.worker_helpers import submit
 from tests.mail_server import MailServer
 from tests.services import chromium_path
+from tests.wire import post, result_of, tools_call
 
 pytestmark = pytest.mark.live
 
@@ -152,19 +155,46 @@ def test_answerers_are_told_and_reminded_and_the_link_opens_the_form(  # type: i
 
 
 def test_the_embedded_default_writes_the_message_under_var_mail(  # type: ignore[no-untyped-def]
-    demo, django_user_model
+    demo, settings, tmp_path, monkeypatch
 ) -> None:
-    member(demo, django_user_model, "anna", "answerer")
+    # As `make run` starts: bootstrap makes the operator (a superuser of the demo tenant, with
+    # an address of its own) and the demo token; no EMAIL_URL.
+    settings.VAR_DIR = tmp_path
+    for name in (
+        "DJANGO_SUPERUSER_USERNAME",
+        "DJANGO_SUPERUSER_PASSWORD",
+        "DJANGO_SUPERUSER_EMAIL",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    call_command("bootstrap", stdout=io.StringIO())
+    token = (tmp_path / "demo_token").read_text().strip()
     with live.live_stack(env=QUICK) as stack:
-        question = refund(demo)
+        arguments = {"payment_id": "p-43", "amount_cents": 20000, "reason": "broken"}
+        receipt = result_of(
+            post(
+                stack.mcp_url,
+                tools_call("refund_payment", arguments, token=token, key="refund-p-43"),
+            )
+        )
+        task_id = receipt["taskId"]
+        question = live.wait_for(
+            "the refund's question",
+            lambda: InputRequest.objects.filter(task_id=task_id).first(),
+            timeout=60,
+        )
         folder = stack.tmp / "mail"
-        files = live.wait_for(
-            "a file in var/mail/",
-            lambda: sorted(folder.glob("*.log")) if folder.exists() else None,
+
+        def written() -> str:
+            # The file backend creates the file, then writes it: wait for the whole message.
+            texts = [f.read_text() for f in sorted(folder.glob("*.log"))] if folder.exists() else []
+            return next((t for t in texts if "Answer it: " in t), "")
+
+        text = live.wait_for(
+            "a message in var/mail/",
+            written,
             timeout=30,
             explain=lambda: stack.log("control")[-3000:],
         )
-        text = files[0].read_text()
-    assert "To: anna@example.com" in text
+    assert "To: operator@localhost" in text
     assert "Subject: A question of refund_payment waits for an answer" in text
     assert f"{stack.url}/inbox/{question.pk}/" in text

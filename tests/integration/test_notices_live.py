@@ -140,6 +140,11 @@ def test_answerers_are_told_and_reminded_and_the_link_opens_the_form(  # type: i
             assert reminded < question.deadline
             assert smtp.to("anna@example.com")[1].subject.startswith("Reminder: ")
             live.wait_for("olga's reminder", lambda: len(smtp.to("olga@example.com")) == 2, 10)
+            live.wait_for(
+                "the four messages marked delivered",
+                lambda: OutboxMessage.objects.filter(delivered_at__isnull=False).count() == 4,
+                10,
+            )
         finally:
             browser.close()
 

@@ -24,7 +24,9 @@ import os
 import re
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
 
@@ -193,3 +195,66 @@ def load_settings() -> None:
 
     with settings_errors_end_the_process():
         settings.INSTALLED_APPS  # noqa: B018 - the first read loads config.settings
+
+
+@dataclass(frozen=True)
+class EmailSettings:
+    """Django's EMAIL_* settings, as ``env_email_url`` reads them from one URL."""
+
+    backend: str
+    file_path: str = ""
+    host: str = "localhost"
+    port: int = 25
+    user: str = ""
+    password: str = ""
+    use_tls: bool = False
+    use_ssl: bool = False
+    timeout: float = 10.0
+
+
+_EMAIL_ACCEPTS = (
+    "smtp://[user:password@]host[:port][?tls=1], smtps://[user:password@]host[:port], "
+    "console:// or file:///folder"
+)
+
+
+def env_email_url(name: str, *, default_file_path: str) -> EmailSettings:
+    """The email backend NAME's URL describes (unset: files in DEFAULT_FILE_PATH).
+
+    ``smtp://`` is plain SMTP (port 25), upgraded with STARTTLS by ``?tls=1``; ``smtps://``
+    is TLS from the start (port 465); ``?timeout=`` sets the seconds a connection may take
+    (10). The user and password are percent-decoded."""
+    raw = env_str(name)
+    file_backend = "django.core.mail.backends.filebased.EmailBackend"
+    if not raw:
+        return EmailSettings(backend=file_backend, file_path=default_file_path)
+    shown = redact_url(raw)
+    parts = urlsplit(raw)
+    scheme = parts.scheme.lower()
+    if scheme == "console":
+        return EmailSettings(backend="django.core.mail.backends.console.EmailBackend")
+    if scheme == "file":
+        if not parts.path:
+            raise _bad(name, _EMAIL_ACCEPTS, shown)
+        return EmailSettings(backend=file_backend, file_path=parts.path)
+    if scheme not in ("smtp", "smtps") or not parts.hostname:
+        raise _bad(name, _EMAIL_ACCEPTS, shown)
+    query = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    try:
+        port = parts.port or (465 if scheme == "smtps" else 25)
+        timeout = float(query.get("timeout", "10"))
+    except ValueError:
+        raise _bad(name, _EMAIL_ACCEPTS + " (a numeric port and timeout)", shown) from None
+    tls = query.get("tls", "").lower()
+    if tls not in _TRUE | _FALSE | {""} or timeout <= 0 or (scheme == "smtps" and tls in _TRUE):
+        raise _bad(name, _EMAIL_ACCEPTS + " (tls=1 with smtp:// only)", shown)
+    return EmailSettings(
+        backend="django.core.mail.backends.smtp.EmailBackend",
+        host=parts.hostname,
+        port=port,
+        user=unquote(parts.username or ""),
+        password=unquote(parts.password or ""),
+        use_tls=tls in _TRUE,
+        use_ssl=scheme == "smtps",
+        timeout=timeout,
+    )

@@ -24,6 +24,7 @@ from django.core.exceptions import ImproperlyConfigured
 from config.env import (
     env_bool,
     env_choice,
+    env_email_url,
     env_float,
     env_int,
     env_list,
@@ -456,6 +457,8 @@ CONTROL_JOBS = (
     "expire_input_requests_job",
     "dispatch_retry_job",
     "deliver_webhooks_job",
+    "remind_input_requests_job",
+    "send_notices_job",
 )
 CELERY_TASK_ROUTES = {name: {"queue": TASKDESK_CONTROL_QUEUE} for name in CONTROL_JOBS}
 # Celery's time limits of every job that sets none (the control jobs): past the soft limit the
@@ -507,6 +510,9 @@ for _network in TASKDESK_WEBHOOK_ALLOWED_NETWORKS:
         raise ImproperlyConfigured(
             f"TASKDESK_WEBHOOK_ALLOWED_NETWORKS: {_network!r} is not a network (CIDR)"
         ) from None
+# Messages to the people who answer (elicitations.notices): how often the control worker
+# sends due ones (retried with the webhooks' backoff, above).
+TASKDESK_NOTICE_SECONDS = env_float("TASKDESK_NOTICE_SECONDS", 2.0, minimum=0.1)
 CELERY_BEAT_SCHEDULE = {
     "sweep": {"task": "sweep_job", "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS)},
     "heartbeat": {
@@ -522,6 +528,15 @@ CELERY_BEAT_SCHEDULE = {
     "deliver-webhooks": {
         "task": "deliver_webhooks_job",
         "schedule": timedelta(seconds=TASKDESK_WEBHOOK_SECONDS),
+    },
+    # Reminders of inbox questions half way to their deadline, within one sweep interval.
+    "remind-input-requests": {
+        "task": "remind_input_requests_job",
+        "schedule": timedelta(seconds=TASKDESK_SWEEP_SECONDS),
+    },
+    "send-notices": {
+        "task": "send_notices_job",
+        "schedule": timedelta(seconds=TASKDESK_NOTICE_SECONDS),
     },
 }
 
@@ -655,6 +670,24 @@ if (
         "TASKDESK_PUBLIC_URL must be an http:// or https:// URL such as "
         f"https://taskdesk.example.com, not {TASKDESK_PUBLIC_URL!r}"
     )
+
+# --- email -----------------------------------------------------------------------------------
+
+# EMAIL_URL: smtp://user:pass@host:587?tls=1 (STARTTLS), smtps://user:pass@host:465 (TLS from
+# the start), console:// or file:///path. Unset: each message is a file in var/mail/ (Django's
+# file backend), so a first start shows what would be sent without a mail server.
+_email = env_email_url("EMAIL_URL", default_file_path=str(VAR_DIR / "mail"))
+EMAIL_BACKEND = _email.backend
+EMAIL_FILE_PATH = _email.file_path
+EMAIL_HOST = _email.host
+EMAIL_PORT = _email.port
+EMAIL_HOST_USER = _email.user
+EMAIL_HOST_PASSWORD = _email.password
+EMAIL_USE_TLS = _email.use_tls
+EMAIL_USE_SSL = _email.use_ssl
+EMAIL_TIMEOUT = _email.timeout
+DEFAULT_FROM_EMAIL = env_str("TASKDESK_MAIL_FROM") or "Taskdesk <taskdesk@localhost>"
+SERVER_EMAIL = DEFAULT_FROM_EMAIL
 
 # --- metrics ---------------------------------------------------------------------------------
 

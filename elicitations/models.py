@@ -76,6 +76,10 @@ class InputRequest(models.Model):
     )
     default_answer = models.JSONField(null=True, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
+    # When the people told of a question waiting in the inbox are reminded of it (half way to
+    # its deadline); cleared by the reminder job when it writes the reminders
+    # (``elicitations.notices``, the one writer). NULL: no reminder (due).
+    remind_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["created_at", "id"]
@@ -91,7 +95,13 @@ class InputRequest(models.Model):
                 fields=["deadline", "created_at"],
                 condition=Q(status="pending"),
                 name="inputrequest_pending",
-            )
+            ),
+            # The reminder job's scan (notices.remind_due): pending questions with a reminder.
+            models.Index(
+                fields=["remind_at"],
+                condition=Q(status="pending", remind_at__isnull=False),
+                name="inputrequest_remind",
+            ),
         ]
 
     def __str__(self) -> str:
@@ -127,3 +137,65 @@ class InputRequest(models.Model):
     def action(self) -> str:
         """The answer's action (accept, decline or cancel), or "" while none was given."""
         return str((self.answer or {}).get("action", ""))
+
+
+# --- messages to the people who answer (elicitations.notices) -----------------------------------
+
+
+class NoticePreference(models.Model):
+    """Whether a person is sent messages about questions waiting for them (their settings
+    page). No row: they are (the default)."""
+
+    user = models.OneToOneField(
+        settings.AUTH_USER_MODEL,
+        on_delete=models.CASCADE,
+        primary_key=True,
+        related_name="notice_preference",
+    )
+    enabled = models.BooleanField(default=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    def __str__(self) -> str:
+        return f"messages {'on' if self.enabled else 'off'} for {self.user}"
+
+
+class TenantChat(models.Model):
+    """A tenant's Slack-compatible incoming webhook: questions waiting for its operators are
+    posted there too (``{"text": ...}``). The URL is a secret of the chat's: it is shown in
+    the admin only."""
+
+    tenant = models.OneToOneField("tasks_app.Tenant", on_delete=models.CASCADE, related_name="chat")
+    webhook_url = models.URLField(
+        max_length=2000,
+        help_text="The incoming webhook's URL (https; a Slack-compatible JSON POST)",
+    )
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        verbose_name = "chat webhook"
+
+    def __str__(self) -> str:
+        return f"chat of {self.tenant}"
+
+
+class QuestionRoute(models.Model):
+    """Who of a tenant is told of a tool's questions: the members of GROUP and the chosen
+    MEMBERS, instead of every answerer of the tenant. Only people who may answer in the
+    tenant are told either way."""
+
+    tenant = models.ForeignKey(
+        "tasks_app.Tenant", on_delete=models.CASCADE, related_name="question_routes"
+    )
+    tool_name = models.CharField(max_length=200, help_text="The tool whose questions this routes")
+    group = models.ForeignKey(
+        "auth.Group", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
+    members = models.ManyToManyField(settings.AUTH_USER_MODEL, blank=True, related_name="+")
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "tool_name"], name="questionroute_unique")
+        ]
+
+    def __str__(self) -> str:
+        return f"questions of {self.tool_name} in {self.tenant}"

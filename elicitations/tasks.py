@@ -18,3 +18,27 @@ def expire_input_requests_job() -> int:
     if expired:
         log.info("expired %s input requests past their deadline", expired)
     return expired
+
+
+@shared_task(name="remind_input_requests_job")
+def remind_input_requests_job() -> int:
+    """Write the reminders of inbox questions half way to their deadline. Safe to run twice."""
+    from elicitations import notices
+
+    reminded = notices.remind_due()
+    if reminded:
+        log.info("reminded the answerers of %s questions", reminded)
+    return reminded
+
+
+@shared_task(name="send_notices_job")
+def send_notices_job() -> int:
+    """Send the due messages to the people who answer (``elicitations.sending``) for up to
+    half the control jobs' soft time limit; whatever is left is sent by the next run."""
+    from django.conf import settings
+
+    from elicitations import sending
+
+    return sending.send_due(
+        seconds=min(30.0, settings.TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS / 2)
+    )

@@ -28,7 +28,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from elicitations import routing, schemas
+from elicitations import notices, routing, schemas
 from elicitations.models import (
     Audience,
     Channel,
@@ -170,12 +170,14 @@ def open_request(
         default=default,
     )
     when = _aware(deadline)
+    opened = timezone.now()
     locked = Task.objects.select_for_update().get(pk=task.pk)
     if locked.is_terminal:
         raise TaskClosed(f"task {task.pk} is {locked.status}; it cannot ask {ask_key!r}")
     to = routing.route(
         ask_key=ask_key, mode=mode, audience=audience, client_answers=locked.client_answers
     )
+    inbox = notices.waits_for_operators(to.audience)
     request = InputRequest.objects.create(
         task=locked,
         key=mint_key(locked),
@@ -189,6 +191,7 @@ def open_request(
         deadline=when,
         on_timeout=on_timeout,
         default_answer=default if on_timeout == OnTimeout.DEFAULT else None,
+        remind_at=notices.remind_at(opened, when) if inbox else None,
     )
     event(
         locked,
@@ -203,6 +206,9 @@ def open_request(
         # The client cannot answer, so the question waits for an operator (the tool allowed both).
         **({"asked_audience": audience, "client_cannot_answer": to.why} if to.why else {}),
     )
+    if inbox:
+        # The people who answer are told; the messages leave after commit (the outbox).
+        notices.announce(request, locked)
     return request
 
 
@@ -452,6 +458,9 @@ def _expire_one(request_id: int, task_id: str, now: datetime) -> bool:
     else:
         stored = {"action": "decline"}
     _settle(request, status=RequestStatus.EXPIRED, answer=stored, channel=Channel.DEADLINE)
+    told: dict[str, Any] = {}  # an inbox question's entry says who was told of it, and when
+    if notices.waits_for_operators(request.audience):
+        told["told"] = notices.told(request)
     event(
         locked,
         EventKind.INPUT_EXPIRED,
@@ -460,6 +469,7 @@ def _expire_one(request_id: int, task_id: str, now: datetime) -> bool:
         on_timeout=policy,
         deadline=request.deadline.isoformat(),
         content=stored.get("content"),
+        **told,
     )
     if policy == OnTimeout.FAIL:
         task_transitions.fail(

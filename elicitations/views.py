@@ -17,7 +17,7 @@ from django.utils import timezone
 from django.views.decorators.http import require_GET, require_http_methods
 from django_htmx.http import trigger_client_event
 
-from elicitations import selectors, transitions
+from elicitations import notices, selectors, transitions
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm, answer_summary
 from elicitations.models import Channel, InputRequest
 from elicitations.transitions import AnswerResult
@@ -95,6 +95,21 @@ def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
             form.add_error(None, error)
         return _page(request, question, form=form)
     raise Http404("No such question in your inbox.")  # refused or gone: as if never there
+
+
+@require_http_methods(["GET", "POST"])
+@operator_login_required
+def notice_settings(request: HtmxHttpRequest) -> HttpResponse:
+    """The person's own settings: messages about questions waiting for them, on or off."""
+    if request.method == "POST":
+        choice = request.POST.get("messages")
+        if choice not in ("on", "off"):
+            return HttpResponse("Choose on or off.", status=400, content_type="text/plain")
+        notices.set_messages(request.user.pk, enabled=choice == "on")
+        messages.success(request, f"Messages about questions are {choice}.")
+        return redirect("elicitations:notice_settings")
+    context = {"messages_on": notices.messages_on(request.user.pk), "nav": "settings"}
+    return render(request, "elicitations/notice_settings.html", context)
 
 
 @require_GET

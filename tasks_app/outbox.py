@@ -3,9 +3,11 @@
 A status change (``tasks_app.transitions``; the single-statement end of a leg in
 ``tasks_app.db`` writes the same rows in its statement) and an effect whose outcome became
 unknown (``tasks_app.runtime.effects``) call ``write_for_task`` inside their transaction: one
-message per enabled webhook endpoint of the task's client subscribed to the event. No row is
+message per enabled webhook endpoint of the task's client subscribed to the event. A question
+that waits for operators writes its messages to people (``write_to``, channels email and
+chat) in the transaction that opens it (``elicitations.notices``). No row is
 written, and one indexed look is the whole cost, for a client without endpoints. Senders
-(``tasks_app.webhooks`` for the webhook channel) take due messages with ``claim`` and settle
+(``tasks_app.webhooks`` for the webhook channel, ``elicitations.sending`` for the others) take due messages with ``claim`` and settle
 them with ``delivered``, ``retry_at`` or ``give_up``; a message is sent at least once.
 
 Claiming moves a message's ``due_at`` past a lease: a sender killed in the middle of a
@@ -15,7 +17,7 @@ delivery leaves the message to be taken again once the lease has passed (with th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -86,6 +88,34 @@ def write_for_task(
         for endpoint in subscribed
     )
     return len(subscribed)
+
+
+def write_to(
+    channel: str,
+    kind: str,
+    *,
+    task_id: str,
+    to: Iterable[tuple[str, dict[str, Any]]],
+    now: datetime,
+) -> int:
+    """In the caller's transaction: a message of KIND about the task through CHANNEL to each
+    (recipient, detail) of TO (the messages to people, ``elicitations.notices``). Return how
+    many were written."""
+    rows = [
+        OutboxMessage(
+            channel=channel,
+            kind=kind,
+            task_id=task_id,
+            recipient=recipient,
+            detail=detail,
+            created_at=now,
+            retry_from=now,
+            due_at=now,
+        )
+        for recipient, detail in to
+    ]
+    OutboxMessage.objects.bulk_create(rows)
+    return len(rows)
 
 
 def claim(

@@ -53,10 +53,13 @@ class WebhookEndpoint(models.Model):
 
 
 class Channel(models.TextChoices):
-    """How an outbox message leaves: a webhook to a client's endpoint (later also e-mail and
-    chat messages to people)."""
+    """How an outbox message leaves: a webhook to a client's endpoint, or a message to the
+    people who answer a question (``elicitations.notices``): an email to one person, or a
+    post to a tenant's chat webhook."""
 
     WEBHOOK = "webhook"
+    EMAIL = "email"
+    CHAT = "chat"
 
 
 def new_message_id() -> str:

@@ -210,6 +210,8 @@ class EventKind(models.TextChoices):
     INPUT_CLOSED = "input_closed"
     # webhooks (tasks_app.webhooks)
     WEBHOOK_UNDELIVERED = "webhook_undelivered"
+    # messages to the people who answer (elicitations.notices)
+    NOTICE_UNDELIVERED = "notice_undelivered"
 
 
 class TaskEvent(models.Model):

@@ -20,6 +20,15 @@ def migrate(target: tuple[str, str]) -> MigrationExecutor:
     return executor
 
 
+@pytest.fixture(autouse=True)
+def _latest_afterwards():  # type: ignore[no-untyped-def]
+    """Leave the database at the latest migrations for the tests that run after these."""
+    yield
+    executor = MigrationExecutor(connection)
+    executor.loader.build_graph()
+    executor.migrate(executor.loader.graph.leaf_nodes())
+
+
 @pytest.mark.django_db(transaction=True)
 def test_pending_questions_without_a_deadline_get_the_default_from_the_upgrade(
     task, settings

@@ -24,7 +24,11 @@ BASE = "http://taskdesk.test:8123"
 def var_dir(settings, tmp_path, monkeypatch):  # type: ignore[no-untyped-def]
     settings.VAR_DIR = tmp_path
     settings.TASKDESK_PUBLIC_URL = BASE
-    for name in ("DJANGO_SUPERUSER_USERNAME", "DJANGO_SUPERUSER_PASSWORD"):
+    for name in (
+        "DJANGO_SUPERUSER_USERNAME",
+        "DJANGO_SUPERUSER_PASSWORD",
+        "DJANGO_SUPERUSER_EMAIL",
+    ):
         monkeypatch.delenv(name, raising=False)
     return tmp_path
 
@@ -109,3 +113,14 @@ def test_a_password_from_the_environment_is_not_written_down(var_dir, monkeypatc
     assert not (var_dir / "operator_password").exists()
     assert "pw-from-the-env-123" not in banner
     assert "  Operator     : sam (password from DJANGO_SUPERUSER_PASSWORD)\n" in banner
+
+
+def test_the_operator_gets_an_address_for_the_messages_about_questions(var_dir) -> None:  # type: ignore[no-untyped-def]
+    bootstrap()
+    assert get_user_model().objects.get(username="operator").email == "operator@localhost"
+
+
+def test_an_address_from_the_environment_is_kept(var_dir, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    monkeypatch.setenv("DJANGO_SUPERUSER_EMAIL", "ops@example.com")
+    bootstrap()
+    assert get_user_model().objects.get(username="operator").email == "ops@example.com"

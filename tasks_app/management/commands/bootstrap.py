@@ -75,7 +75,9 @@ class Command(BaseCommand):
         )
         if user is None:
             password = os.environ.get("DJANGO_SUPERUSER_PASSWORD")
-            email = os.environ.get("DJANGO_SUPERUSER_EMAIL", "")
+            # An address of its own even when none is given: the messages about questions
+            # waiting in the inbox go to it (with no EMAIL_URL, files in var/mail/).
+            email = os.environ.get("DJANGO_SUPERUSER_EMAIL") or f"{username}@localhost"
             generated = not password
             password = password or secrets.token_urlsafe(12)
             user = User.objects.create_superuser(username=username, email=email, password=password)

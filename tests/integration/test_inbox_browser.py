@@ -102,11 +102,15 @@ def browser(chromium) -> Iterator[Browser]:  # type: ignore[no-untyped-def]
     opened.close()
 
 
-@pytest.fixture(autouse=True)
-def _orm_beside_playwright(monkeypatch: pytest.MonkeyPatch) -> None:
-    # Playwright's sync API runs an event loop in this thread; the ORM calls the tests make
-    # between browser steps are ordinary blocking calls, which Django refuses by default there.
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+@pytest.fixture(scope="module", autouse=True)
+def _orm_beside_playwright() -> Iterator[None]:
+    # Playwright's sync API runs an event loop in this thread; the ORM calls made between
+    # browser steps (and by the module's stack when it starts after Chromium) are ordinary
+    # blocking calls, which Django refuses there by default. Module-wide and autouse, so it is
+    # set before the module's other fixtures start.
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
+        yield
 
 
 @pytest.fixture

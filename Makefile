@@ -29,10 +29,17 @@ run: install
 	$(BIN)/python manage.py clear_metrics
 	exec $(BIN)/python scripts/run_procfile.py -f Procfile --port $(PORT)
 
-# Tests keep their SQLite files, broker folder and exports apart from `make run`'s.
+# Tests keep their SQLite files, broker folder and exports apart from `make run`'s. They run in
+# TEST_WORKERS pytest-xdist workers, each with its own folder and broker (tests/parallel.py):
+# most tests that start processes spend their time waiting for them, so a two-core machine
+# runs more than two at once (docs/benchmarks.md). TEST_WORKERS=0 runs them in this process.
+# COVERAGE=1 adds branch coverage per package and fails under .ci/coverage-floors.json.
+TEST_WORKERS ?= 4
 test: export TASKDESK_VAR_DIR ?= $(CURDIR)/var/test
 test: install
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup \
+	    $(if $(COVERAGE),--cov --cov-branch --cov-report=) $(PYTEST_ARGS)
+	$(if $(COVERAGE),$(BIN)/python scripts/coverage_floors.py)
 
 # The official MCP conformance suite (ten tasks-* scenarios + the 2026-07-28 and 2025-11-25
 # requirement sets)

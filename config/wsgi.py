@@ -10,10 +10,10 @@ from config.env import one_line
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
 
-# gunicorn's master has loaded the settings already (config/gunicorn.conf.py); what is left
-# to fail here is setting up the apps (an unknown TASKDESK_TOOLSETS name). Such a web process
-# says so in one line and exits with gunicorn's "application failed to load" status, on
-# which the master stops rather than starting another.
+# gunicorn's master has loaded the settings already (config/gunicorn.conf.py) and imports this
+# module before it forks the web processes (preload_app); what is left to fail here is setting
+# up the apps (an unknown TASKDESK_TOOLSETS name). The master says so in one line and exits
+# with gunicorn's "application failed to load" status before any web process starts.
 try:
     application = get_wsgi_application()
 except ImproperlyConfigured as error:

@@ -294,15 +294,17 @@ class LiveStack:
                 os.killpg(proc.pid, signal.SIGKILL)  # anything the leader left behind
 
     def pool_pids(self, name: str = "worker") -> list[int]:
-        """PIDs of the pool processes of Celery worker NAME (children of its main process)."""
+        """PIDs of the pool processes of Celery worker NAME (children of its main process).
+        A killed one that its parent has not reaped yet (a zombie) is not counted."""
         worker = self.procs[name]
         out = subprocess.run(
-            ["ps", "-o", "pid=", "--ppid", str(worker.pid)],
+            ["ps", "-o", "pid=,stat=", "--ppid", str(worker.pid)],
             capture_output=True,
             text=True,
             check=False,
         ).stdout
-        return [int(pid) for pid in out.split()]
+        rows = (line.split() for line in out.splitlines() if line.strip())
+        return [int(pid) for pid, stat, *_ in rows if not stat.startswith("Z")]
 
     def log(self, name: str) -> str:
         path = self.tmp / f"{name}.log"

@@ -15,6 +15,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from tests.parallel import redis_url_of_this_worker
+
 MISSING_SERVICE = pytest.StashKey[str]()
 CHROMIUM_PATHS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 
@@ -32,11 +34,15 @@ def port_open(host: str, port: int, timeout: float = 1) -> bool:
         return False
 
 
+REDIS_DEFAULT = "redis://127.0.0.1:6379/0"
+
+
 @cache
 def redis_url() -> str | None:
     """A Redis URL for tests: the broker's if it is Redis, else the local default if reachable."""
     broker = os.environ.get("CELERY_BROKER_URL", "")
-    url = broker if broker.startswith("redis") else "redis://127.0.0.1:6379/0"
+    # The broker's URL is already this xdist worker's (tests/parallel.py); the default is moved.
+    url = broker if broker.startswith("redis") else redis_url_of_this_worker(REDIS_DEFAULT)
     parts = urlsplit(url)
     return url if port_open(parts.hostname or "127.0.0.1", parts.port or 6379) else None
 

@@ -12,12 +12,15 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -43,8 +46,26 @@ def _node_modules_current() -> bool:
     )
 
 
+@contextlib.contextmanager
+def _installing(lock: Path) -> Iterator[None]:
+    """Held while one process installs: the workers of a parallel run (tests/parallel.py) that
+    need the same clients wait for the first instead of installing over it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 def node() -> Path:
     """The pinned Node, with the pinned clients installed beside it (npm ci when stale)."""
+    if _node_modules_current():
+        return NODE
+    with _installing(_cache() / "node.lock"):
+        _install_node_clients()
+    return NODE
+
+
+def _install_node_clients() -> None:
     if not _node_modules_current():
         npm = shutil.which("npm")
         assert npm, "npm is needed to install tests/clients/node (npm ci)"
@@ -54,7 +75,6 @@ def node() -> Path:
             check=True,
             timeout=600,
         )
-    return NODE
 
 
 def _cache() -> Path:
@@ -74,6 +94,14 @@ def fastmcp_python() -> Path:
     python = venv / "bin" / "python"
     if (venv / "complete").exists() and python.exists():
         return python
+    with _installing(_cache() / "fastmcp.lock"):
+        if not (venv / "complete").exists():
+            _make_fastmcp_virtualenv(venv, pins)
+    return python
+
+
+def _make_fastmcp_virtualenv(venv: Path, pins: bytes) -> None:
+    python = venv / "bin" / "python"
     shutil.rmtree(venv, ignore_errors=True)
     venv.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=300)
@@ -92,4 +120,3 @@ def fastmcp_python() -> Path:
         timeout=900,
     )
     (venv / "complete").write_text(pins.decode())
-    return python

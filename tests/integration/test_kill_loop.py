@@ -26,7 +26,9 @@ from tests.live import pool_restored, wait_for
 
 pytestmark = [
     pytest.mark.live,
-    pytest.mark.slow,
+    # Alone among the slow tests of a parallel run (tests/parallel.py): it waits for ten
+    # worker restarts, each of which wants a core.
+    pytest.mark.slow(alone=True),
     pytest.mark.skipif(
         os.environ.get("CELERY_BROKER_URL", "filesystem://").split(":")[0] != "filesystem",
         reason="the kill loop runs on the embedded broker (the run of CI without CELERY_BROKER_URL)",

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from tasks_app import listing, selectors, transitions
 from tasks_app.models import Effect, Status, Task
-from tests.tasks_app.test_dashboard import ids_in, make
+from tests.tasks_app.console.test_dashboard import ids_in, make
 
 DECLINED = "Refund of p-42 was not approved by an operator: the question was declined"
 

@@ -1,0 +1,149 @@
+"""Running the suite in several pytest-xdist workers at once (`make test` does; `-n 0` does not).
+
+Loaded with ``-p tests.parallel`` (pyproject.toml), before pytest-django reads Django's
+settings, so that each worker gets a place of its own before anything is opened:
+
+- ``TASKDESK_VAR_DIR`` gains the worker's name: its SQLite files, embedded broker folder,
+  exports, mail and metrics folders are its own (the live stacks it starts point at them),
+  and so does ``PROMETHEUS_MULTIPROC_DIR``.
+- a Redis broker or cache URL moves to a database of its own (the run's number plus one plus
+  the worker's index), so one worker's Celery workers never take another's jobs and the
+  held-work leases of one worker's stacks are not another's. PostgreSQL test databases are
+  already per worker (pytest-django adds the worker's name).
+
+And it orders and groups what the workers are handed (``--dist loadgroup``):
+
+- the long fault tests spread over the first half, the other tests that start processes
+  over most of the run, so the longest work is neither bunched nor left to the end;
+- the tests of a module that share a module-scoped fixture (a stack, a browser, a result
+  that costs half a minute) on one worker, so it is made once;
+- every test of RabbitMQ on one worker (they share a vhost);
+- at most ``TASKDESK_TEST_SLOW_AT_ONCE`` (2) ``slow`` tests at once across the workers.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")
+
+
+def worker_index() -> int:
+    """This worker's number (gw3 is 3), or -1 outside a worker."""
+    return int(WORKER.removeprefix("gw")) if WORKER else -1
+
+
+def redis_url_of_this_worker(url: str) -> str:
+    """URL, a redis:// URL, moved to the database of this worker (unchanged outside one)."""
+    if not WORKER:
+        return url
+    parts = urlsplit(url)
+    database = int(parts.path.strip("/") or 0) + 1 + worker_index()
+    return urlunsplit(parts._replace(path=f"/{database}"))
+
+
+def _isolate() -> None:
+    if not WORKER:
+        return
+    base = os.environ.get("TASKDESK_VAR_DIR") or str(ROOT / "var" / "test")
+    var = Path(base) / WORKER
+    os.environ["TASKDESK_VAR_DIR"] = str(var)
+    # The controller's settings set this for the whole run (config/settings.py) before the
+    # workers started with its environment.
+    os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(var / "prometheus")
+    for name in ("CELERY_BROKER_URL", "TASKDESK_CACHE_URL"):
+        url = os.environ.get(name, "")
+        if url.startswith("redis"):
+            os.environ[name] = redis_url_of_this_worker(url)
+
+
+_isolate()
+
+# Where each kind of test is spread in the order the workers are handed tests: the `slow`
+# ones over the first half, the others that start processes over the first four fifths, the
+# rest over the whole. Spread, not bunched: four workers all starting fault tests at once
+# would fight over two cores, and the last minutes go to quick tests, which even out the end.
+_SPREAD = (("slow", 0.5), ("live", 0.8), ("browser", 0.8))
+
+
+def _spread(items: list[pytest.Item]) -> list[pytest.Item]:
+    kinds: dict[float, list[pytest.Item]] = {}
+    for item in items:
+        span = next(
+            (span for marker, span in _SPREAD if item.get_closest_marker(marker) is not None),
+            1.0,
+        )
+        kinds.setdefault(span, []).append(item)
+    placed = [
+        ((index + 0.5) / len(kind) * span, item)
+        for span, kind in kinds.items()
+        for index, item in enumerate(kind)
+    ]
+    return [item for _, item in sorted(placed, key=lambda pair: pair[0])]
+
+
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(definitions[-1].scope == "module" for definitions in info.name2fixturedefs.values())
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("dist", "no") == "no":
+        return
+    items[:] = _spread(items)
+    for item in items:
+        if item.get_closest_marker("rabbitmq") is not None:
+            item.add_marker(pytest.mark.xdist_group("rabbitmq"))
+        elif _shares_a_module_fixture(item):
+            # A stack, a browser or a costly result made once per module, not once per worker.
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+# How many `slow` tests run at once across the workers: each starts several processes (its
+# own PostgreSQL or Redis server, fifty clients, a kill loop) and wants the cores to itself.
+SLOW_AT_ONCE = int(os.environ.get("TASKDESK_TEST_SLOW_AT_ONCE", "2"))
+
+
+@pytest.fixture(autouse=True)
+def _slow_tests_take_turns(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A `slow` test waits for one of SLOW_AT_ONCE turns; ``@pytest.mark.slow(alone=True)``
+    waits for all of them (the kill loop: its timings are a worker's, on a shared machine)."""
+    marker = request.node.get_closest_marker("slow")
+    if not WORKER or marker is None:
+        yield
+        return
+    turns = Path(os.environ["TASKDESK_VAR_DIR"]).parent / "slow-turns"
+    turns.mkdir(parents=True, exist_ok=True)
+    slots = [turns / str(slot) for slot in range(max(1, SLOW_AT_ONCE))]
+    with contextlib.ExitStack() as held:
+        if marker.kwargs.get("alone"):
+            for slot in slots:  # in order, so two such tests never hold part each
+                fcntl.flock(held.enter_context(open(slot, "w")), fcntl.LOCK_EX)
+        else:
+            held.enter_context(_any_turn(slots))
+        yield
+
+
+@contextlib.contextmanager
+def _any_turn(slots: list[Path]) -> Iterator[None]:
+    while True:
+        for slot in slots:
+            with open(slot, "w") as handle:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                yield  # the lock goes when the file is closed
+                return
+        time.sleep(0.2)

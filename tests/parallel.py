@@ -18,16 +18,16 @@ And it orders and groups what the workers are handed (``--dist loadgroup``):
 - the tests of a module that share a module-scoped fixture (a stack, a browser, a result
   that costs half a minute) on one worker, so it is made once;
 - every test of RabbitMQ on one worker (they share a vhost);
-- at most ``TASKDESK_TEST_SLOW_AT_ONCE`` (2) ``slow`` tests at once across the workers.
+- none marked ``serial`` (the kill loop, whose worker restarts want the cores to themselves):
+  `make test` runs those afterwards in one process, with ``--only-serial``.
+
+Nothing makes a worker wait for another: a worker that waited for a turn held its share of
+the run idle (measured: a queue of fault tests left two of three workers waiting 200 s).
 """
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import os
-import time
-from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -98,9 +98,29 @@ def _shares_a_module_fixture(item: pytest.Item) -> bool:
     return any(definitions[-1].scope == "module" for definitions in info.name2fixturedefs.values())
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--only-serial",
+        action="store_true",
+        help="run only the tests marked serial (make test's second pass, after the workers)",
+    )
+
+
+def _deselect(config: pytest.Config, items: list[pytest.Item], serial: bool) -> None:
+    """Keep the tests whose `serial` mark is SERIAL; report the others as deselected."""
+    kept = [item for item in items if (item.get_closest_marker("serial") is not None) == serial]
+    if len(kept) != len(items):
+        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+        items[:] = kept
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("only_serial"):
+        _deselect(config, items, serial=True)
+        return
     if config.getoption("dist", "no") == "no":
         return
+    _deselect(config, items, serial=False)  # left to the second pass
     items[:] = _spread(items)
     for item in items:
         if item.get_closest_marker("rabbitmq") is not None:
@@ -108,42 +128,3 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif _shares_a_module_fixture(item):
             # A stack, a browser or a costly result made once per module, not once per worker.
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
-
-
-# How many `slow` tests run at once across the workers: each starts several processes (its
-# own PostgreSQL or Redis server, fifty clients, a kill loop) and wants the cores to itself.
-SLOW_AT_ONCE = int(os.environ.get("TASKDESK_TEST_SLOW_AT_ONCE", "2"))
-
-
-@pytest.fixture(autouse=True)
-def _slow_tests_take_turns(request: pytest.FixtureRequest) -> Iterator[None]:
-    """A `slow` test waits for one of SLOW_AT_ONCE turns; ``@pytest.mark.slow(alone=True)``
-    waits for all of them (the kill loop: its timings are a worker's, on a shared machine)."""
-    marker = request.node.get_closest_marker("slow")
-    if not WORKER or marker is None:
-        yield
-        return
-    turns = Path(os.environ["TASKDESK_VAR_DIR"]).parent / "slow-turns"
-    turns.mkdir(parents=True, exist_ok=True)
-    slots = [turns / str(slot) for slot in range(max(1, SLOW_AT_ONCE))]
-    with contextlib.ExitStack() as held:
-        if marker.kwargs.get("alone"):
-            for slot in slots:  # in order, so two such tests never hold part each
-                fcntl.flock(held.enter_context(open(slot, "w")), fcntl.LOCK_EX)
-        else:
-            held.enter_context(_any_turn(slots))
-        yield
-
-
-@contextlib.contextmanager
-def _any_turn(slots: list[Path]) -> Iterator[None]:
-    while True:
-        for slot in slots:
-            with open(slot, "w") as handle:
-                try:
-                    fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    continue
-                yield  # the lock goes when the file is closed
-                return
-        time.sleep(0.2)

@@ -26,9 +26,10 @@ from tests.live import pool_restored, wait_for
 
 pytestmark = [
     pytest.mark.live,
-    # Alone among the slow tests of a parallel run (tests/parallel.py): it waits for ten
-    # worker restarts, each of which wants a core.
-    pytest.mark.slow(alone=True),
+    pytest.mark.slow,
+    # After the parallel workers, in one process (tests/parallel.py): ten worker restarts and
+    # a hundred pool forks, each waiting for a core, stalled it beside three busy workers.
+    pytest.mark.serial,
     pytest.mark.skipif(
         os.environ.get("CELERY_BROKER_URL", "filesystem://").split(":")[0] != "filesystem",
         reason="the kill loop runs on the embedded broker (the run of CI without CELERY_BROKER_URL)",
@@ -37,6 +38,7 @@ pytestmark = [
 
 POOL_KILLS = 100
 MAIN_KILLS = 10
+POOL_RESTART_SECONDS = 60
 
 
 def test_a_hundred_pool_kills_and_ten_main_process_kills_stall_nothing_and_refund_once(
@@ -63,12 +65,12 @@ def test_a_hundred_pool_kills_and_ten_main_process_kills_stall_nothing_and_refun
                     .values_list("lease_owner", flat=True)
                 )
                 busy_pids = {int(owner.split(":")[1]) for owner in busy}
-                pids = pool_restored(stack, timeout=60)
+                pids = pool_restored(stack, timeout=POOL_RESTART_SECONDS)
                 pid = rng.choice(pids)
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
                 pool_kills["busy" if pid in busy_pids else "idle"] += 1
-                pool_restored(stack, timeout=60)
+                pool_restored(stack, timeout=POOL_RESTART_SECONDS)
                 if i % main_every == main_every - 1:
                     # The main process dies with whatever it had claimed; a supervisor starts
                     # it again. Its orphaned pool processes finish what they run, then go.

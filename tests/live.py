@@ -412,6 +412,10 @@ def pool_restored(stack: LiveStack, size: int = 2, timeout: float = 30) -> list[
         f"{size} pool processes",
         lambda: p if len(p := stack.pool_pids()) == size else None,
         timeout,
+        explain=lambda: (
+            f"pool processes now: {stack.pool_pids()}; worker exit status: "
+            f"{stack.procs['worker'].poll()}\n{stack.log('worker')[-3000:]}"
+        ),
     )
 
 

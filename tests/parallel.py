@@ -18,8 +18,9 @@ And it orders and groups what the workers are handed (``--dist loadgroup``):
 - the tests of a module that share a module-scoped fixture (a stack, a browser, a result
   that costs half a minute) on one worker, so it is made once;
 - every test of RabbitMQ on one worker (they share a vhost);
-- none marked ``serial`` (the kill loop, whose worker restarts want the cores to themselves):
-  `make test` runs those afterwards in one process, with ``--only-serial``.
+- none marked ``serial`` (the kill loop, the outages, `make run`, the broker outage: fault
+  tests whose deadlines assume the cores are theirs): `make test` runs those afterwards in
+  one process, with ``--only-serial``.
 
 Nothing makes a worker wait for another: a worker that waited for a turn held its share of
 the run idle (measured: a queue of fault tests left two of three workers waiting 200 s).

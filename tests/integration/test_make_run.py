@@ -24,7 +24,9 @@ from tests import wire
 from tests.integration.worker_helpers import leg_pid, submit
 from tests.live import BIN, ROOT, LiveStack, stop_process, wait_for
 
-pytestmark = [pytest.mark.live, pytest.mark.slow]
+# serial: it times `make run` as a user meets it (start-up, Ctrl-C letting a leg finish within
+# the supervisor's ten seconds), which parallel workers beside it would slow (tests/parallel.py).
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.serial]
 
 
 @contextmanager

@@ -37,7 +37,9 @@ from tests.live import (
 )
 from tests.wire import sse_messages, tools_call
 
-pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.redis]
+# serial: fifty clients against its own PostgreSQL or Redis, stopped and started, with
+# deadlines that assume the cores are its own (tests/parallel.py).
+pytestmark = [pytest.mark.live, pytest.mark.slow, pytest.mark.redis, pytest.mark.serial]
 
 CLIENTS = 50
 SUBMIT_SECONDS = 20.0

@@ -119,7 +119,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     if config.getoption("only_serial"):
         _deselect(config, items, serial=True)
         return
-    if config.getoption("dist", "no") == "no":
+    # A worker collects what it runs (xdist sets its own `dist` to "no"); the controller only
+    # with --collect-only.
+    if not WORKER and config.getoption("dist", "no") == "no":
         return
     _deselect(config, items, serial=False)  # left to the second pass
     items[:] = _spread(items)

@@ -11,10 +11,8 @@ settings, so that each worker gets a place of its own before anything is opened:
   held-work leases of one worker's stacks are not another's. PostgreSQL test databases are
   already per worker (pytest-django adds the worker's name).
 
-And it orders and groups what the workers are handed (``--dist loadgroup``):
+And it groups what the workers are handed (``--dist loadgroup``), in the order of collection:
 
-- the long fault tests spread over the first half, the other tests that start processes
-  over most of the run, so the longest work is neither bunched nor left to the end;
 - the tests of a module that share a module-scoped fixture (a stack, a browser, a result
   that costs half a minute) on one worker, so it is made once;
 - every test of RabbitMQ on one worker (they share a vhost);
@@ -69,28 +67,6 @@ def _isolate() -> None:
 
 _isolate()
 
-# Where each kind of test is spread in the order the workers are handed tests: the `slow`
-# ones over the first half, the others that start processes over the first four fifths, the
-# rest over the whole. Spread, not bunched: four workers all starting fault tests at once
-# would fight over two cores, and the last minutes go to quick tests, which even out the end.
-_SPREAD = (("slow", 0.5), ("live", 0.8), ("browser", 0.8))
-
-
-def _spread(items: list[pytest.Item]) -> list[pytest.Item]:
-    kinds: dict[float, list[pytest.Item]] = {}
-    for item in items:
-        span = next(
-            (span for marker, span in _SPREAD if item.get_closest_marker(marker) is not None),
-            1.0,
-        )
-        kinds.setdefault(span, []).append(item)
-    placed = [
-        ((index + 0.5) / len(kind) * span, item)
-        for span, kind in kinds.items()
-        for index, item in enumerate(kind)
-    ]
-    return [item for _, item in sorted(placed, key=lambda pair: pair[0])]
-
 
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
@@ -123,8 +99,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # with --collect-only.
     if not WORKER and config.getoption("dist", "no") == "no":
         return
+    # The order stays the collection's: spreading the tests that start processes over the run
+    # put them before tests that read what the migrations wrote, which their flushes delete.
     _deselect(config, items, serial=False)  # left to the second pass
-    items[:] = _spread(items)
     for item in items:
         if item.get_closest_marker("rabbitmq") is not None:
             item.add_marker(pytest.mark.xdist_group("rabbitmq"))

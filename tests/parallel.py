@@ -85,9 +85,11 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], serial: bool) -> None:
     """Keep the tests whose `serial` mark is SERIAL; report the others as deselected."""
-    kept = [item for item in items if (item.get_closest_marker("serial") is not None) == serial]
-    if len(kept) != len(items):
-        config.hook.pytest_deselected(items=[item for item in items if item not in kept])
+    kept, left = [], []
+    for item in items:
+        (kept if (item.get_closest_marker("serial") is not None) == serial else left).append(item)
+    if left:
+        config.hook.pytest_deselected(items=left)
         items[:] = kept
 
 

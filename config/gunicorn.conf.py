@@ -31,7 +31,7 @@ with settings_errors_end_the_process():
     read_buffer_bytes()  # likewise
     reading_per_address()
 # The master sets up Django and imports the project once (config/wsgi.py) and each web process
-# is a fork of it: they start in a few milliseconds instead of about a second of CPU each,
+# is a fork of it: none repeats the set-up (about a second of CPU per process on two cores),
 # and share the imported code's memory until they write to it. Nothing is connected at import
 # (the database, the broker and Redis connect at first use in each process), and the
 # metrics' files follow the process id after the fork (prometheus-client checks it).

@@ -330,7 +330,7 @@ class HandshakeEra(eras.ProtocolEra):
         resumed = handshake.parse_resume_id(last)
         if resumed is None:
             raise InvalidRequest(f"Last-Event-ID {last!r} names no stream of this server")
-        task_id, request_id = resumed
+        task_id, request_id = resumed.task_id, resumed.request_id
         if handshake.task_of_client(client, task_id) is None:
             raise SessionNotFound(f"Last-Event-ID {last!r} names no stream of this client")
         streamed = handshake.result_stream(
@@ -339,6 +339,7 @@ class HandshakeEra(eras.ProtocolEra):
             request_id,
             session_id=session.pk,
             client=client.pk,
+            seen=resumed.asked,
         )
         log.info("resuming the tasks/result stream of task %s (request %r)", task_id, request_id)
         return streaming.respond(

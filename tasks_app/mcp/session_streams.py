@@ -325,7 +325,7 @@ def session_stream(
             ends = time.monotonic() + settings.TASKDESK_STREAM_SECONDS
             keepalive = settings.TASKDESK_KEEPALIVE_SECONDS
             quiet_since = time.monotonic()
-            sent: set[tuple[str, str]] = set()
+            considered: set[tuple[str, str]] = set()
             while time.monotonic() < ends:
                 tick = _next_tick(request, watch, min(ends - time.monotonic(), keepalive))
                 if tick is False:
@@ -345,13 +345,19 @@ def session_stream(
                         if handshake.result_stream_open(task.pk):
                             continue  # its tasks/result stream carries the questions
                         for question in questions:
-                            if (task.pk, question.key) in sent or not handshake.asks_client(
+                            if (task.pk, question.key) in considered or not handshake.asks_client(
                                 envelope, question
+                            ):
+                                continue
+                            considered.add((task.pk, question.key))
+                            # Once per session: a tasks/result stream (of any web process)
+                            # or an earlier GET stream may have sent it.
+                            if not handshake.may_ask(
+                                session.pk, task.pk, question.key, stream=handshake.GET_STREAM
                             ):
                                 continue
                             body = handshake.question_request(task, question)
                             yield b"event: message\ndata: " + streaming.dumps(body) + b"\n\n"
-                            sent.add((task.pk, question.key))
                             quiet_since = time.monotonic()
                 if time.monotonic() - quiet_since >= keepalive:
                     yield b": ping\n\n"

@@ -33,7 +33,17 @@ from tasks_app.mcp.errors import McpError
 
 log = logging.getLogger("tasks_app.mcp")
 
-Emit = Callable[[dict[str, Any]], None]
+
+@dataclass(frozen=True)
+class Tagged:
+    """A message sent with an event id: a client that resumes the stream from that id has
+    seen it (2025-11-25 basic/transports.mdx, "Resumability and Redelivery")."""
+
+    message: dict[str, Any]
+    event_id: str
+
+
+Emit = Callable[[dict[str, Any] | Tagged], None]
 
 
 class EndStream(Exception):
@@ -185,7 +195,11 @@ def respond(
                 else:
                     if kind_ == "error":
                         payload = failure(request_id, payload)
-                    yield b"event: message\ndata: " + dumps(payload) + b"\n\n"
+                    head = b""
+                    if isinstance(payload, Tagged):
+                        head = f"id: {payload.event_id}\n".encode()
+                        payload = payload.message
+                    yield head + b"event: message\ndata: " + dumps(payload) + b"\n\n"
                     if kind_ != "note":
                         return
                 following = _next(events, keepalive, gone)

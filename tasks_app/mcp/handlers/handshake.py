@@ -22,12 +22,14 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Collection
+from typing import Any, NamedTuple
 
 from django.conf import settings
+from django.core.cache import cache
 
 from elicitations.models import InputRequest, Mode
 from elicitations.selectors import pending_for_client
@@ -48,9 +50,11 @@ from tasks_app.mcp.params import (
     TaskParams,
 )
 from tasks_app.mcp.registry import Call
-from tasks_app.mcp.streaming import Emit, EndStream, Streamed, release_connections
+from tasks_app.mcp.streaming import Emit, EndStream, Streamed, Tagged, release_connections
 from tasks_app.models import Actor, Client, Era, Status, Task
 from tasks_app.tools import ToolSpec
+
+log = logging.getLogger("tasks_app.mcp")
 
 QUESTION_ID_PREFIX = "taskdesk-q:"
 RESUME_PREFIX = "r."
@@ -247,12 +251,15 @@ def result_stream(
     meta: dict[str, Any] | None = None,
     session_id: str | None = None,
     client: int | None = None,
+    seen: frozenset[str] = frozenset(),
 ) -> Streamed:
     """The blocking wait for a task's outcome as a stream, holding one stream slot of the
-    process and of CLIENT (429 ``busy`` when none is free), or the slot RELEASE gives back. After HOLD seconds (default
-    ``TASKDESK_STREAM_SECONDS``) it closes without the answer; its event id lets the client
-    resume it by GET with ``Last-Event-ID`` (``resume_id``). META joins the result's. The
-    wait ends without an answer once the client cancels REQUEST_ID in session SESSION_ID."""
+    process and of CLIENT (429 ``busy`` when none is free), or the slot RELEASE gives back.
+    After HOLD seconds (default ``TASKDESK_STREAM_SECONDS``) it closes without the answer;
+    its event ids let the client resume it by GET with ``Last-Event-ID`` (``resume_id``).
+    META joins the result's. The wait ends without an answer once the client cancels
+    REQUEST_ID in session SESSION_ID. SEEN: the questions a resumed stream had sent before
+    the client's last event id."""
     if release is None:
         release = stream_slots.take(client).close
     seconds = settings.TASKDESK_STREAM_SECONDS if hold is None else hold
@@ -265,7 +272,8 @@ def result_stream(
                 if session_id is not None
                 else None
             )
-            result = _wait_for_result(envelope, task_id, emit, cancelled, seconds, withdrawn)
+            asker = _Asker(envelope, task_id, request_id, session_id, emit, seen)
+            result = _wait_for_result(task_id, asker, cancelled, seconds, withdrawn)
         finally:
             _result_stream(task_id, -1)
             release()  # before the answer is sent (the stream calls it again: a no-op)
@@ -273,51 +281,96 @@ def result_stream(
             result["_meta"] = {**result.get("_meta", {}), **meta}
         return result
 
-    return Streamed(run, resume_id=resume_id(task_id, request_id), release=release)
+    return Streamed(run, resume_id=resume_id(task_id, request_id, seen), release=release)
 
 
-def resume_id(task_id: str, request_id: str | int) -> str:
-    """The event id of a tasks/result stream: the task and the request it answers. Resuming
-    with it only ever reads the caller's own task, so it needs no secret."""
-    raw = json.dumps([task_id, request_id], separators=(",", ":")).encode()
+def resume_id(task_id: str, request_id: str | int, asked: Collection[str] = ()) -> str:
+    """An event id of a tasks/result stream: the task, the request it answers and the keys
+    of the questions the stream had sent up to that event. Resuming with it only ever reads
+    the caller's own task, so it needs no secret."""
+    fields: list[Any] = [task_id, request_id]
+    if asked:
+        fields.append(sorted(asked))
+    raw = json.dumps(fields, separators=(",", ":")).encode()
     return RESUME_PREFIX + base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def parse_resume_id(text: str) -> tuple[str, str | int] | None:
+class Resume(NamedTuple):
+    task_id: str
+    request_id: str | int
+    asked: frozenset[str]
+
+
+def parse_resume_id(text: str) -> Resume | None:
     if not text.startswith(RESUME_PREFIX):
         return None
     body = text[len(RESUME_PREFIX) :]
     try:
-        task_id, request_id = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+        fields = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
     except (ValueError, TypeError, binascii.Error):
         return None
+    if not isinstance(fields, list) or len(fields) not in (2, 3):
+        return None
+    task_id, request_id, *rest = fields
+    asked = rest[0] if rest else []
     if not isinstance(task_id, str) or isinstance(request_id, bool):
         return None
     if not isinstance(request_id, str | int):
         return None
-    return task_id, request_id
+    if not isinstance(asked, list) or not all(isinstance(key, str) for key in asked):
+        return None
+    return Resume(task_id, request_id, frozenset(asked))
+
+
+class _Asker:
+    """Sends a tasks/result stream's pending questions as ``elicitation/create``, each with
+    an event id that names every question the stream has sent so far.
+
+    A question goes to a session once, whichever of its streams finds it first (this one,
+    another tasks/result stream, or the session's GET stream, in any web process): the
+    shared cache marks it asked (``may_ask``). A stream resumed from an event before one of
+    its own questions sends that question again: the client has not seen it."""
+
+    def __init__(
+        self,
+        envelope: Envelope,
+        task_id: str,
+        request_id: str | int,
+        session_id: str | None,
+        emit: Emit,
+        seen: frozenset[str],
+    ) -> None:
+        self.envelope = envelope
+        self.task_id = task_id
+        self.request_id = request_id
+        self.session_id = session_id
+        self.emit = emit
+        self.seen = seen
+        self.sent = set(seen)
+        self.stream = f"result:{json.dumps(request_id)}"
+
+    def __call__(self, task: Task) -> None:
+        if task.status != Status.INPUT_REQUIRED:
+            return
+        for question in pending_for_client([task.pk]).get(task.pk, []):
+            if question.key in self.sent or not asks_client(self.envelope, question):
+                continue
+            self.sent.add(question.key)  # considered once, sent or not
+            if not may_ask(self.session_id, task.pk, question.key, stream=self.stream):
+                continue
+            event_id = resume_id(self.task_id, self.request_id, self.sent)
+            self.emit(Tagged(question_request(task, question), event_id))
 
 
 def _wait_for_result(
-    envelope: Envelope,
     task_id: str,
-    emit: Emit,
+    ask: _Asker,
     cancelled: threading.Event,
     seconds: float,
     withdrawn: Callable[[], bool] | None = None,
 ) -> dict[str, Any]:
     """Block until the task is terminal, for at most SECONDS or until WITHDRAWN (then end
-    the stream). While it waits for a client's answer, send each pending question as
-    ``elicitation/create`` on this stream (once)."""
-    sent: set[str] = set()
-
-    def ask(task: Task) -> None:
-        if task.status != Status.INPUT_REQUIRED:
-            return
-        for question in pending_for_client([task.pk]).get(task.pk, []):
-            if question.key not in sent and asks_client(envelope, question):
-                emit(question_request(task, question))
-                sent.add(question.key)
+    the stream). While it waits for a client's answer, ASK sends its pending questions."""
 
     def stop() -> bool:
         return cancelled.is_set() or (withdrawn is not None and withdrawn())
@@ -364,6 +417,30 @@ def _result_stream(task_id: str, delta: int) -> None:
             _result_streams[task_id] = left
         else:
             _result_streams.pop(task_id, None)
+
+
+# How long a session's mark of a question it was sent lasts (``may_ask``): longer than a
+# question waits in practice; the mark is a few bytes.
+ASKED_SECONDS = 24 * 3600
+GET_STREAM = "get"
+
+
+def may_ask(session_id: str | None, task_id: str, key: str, *, stream: str) -> bool:
+    """Whether STREAM (``GET_STREAM``, or a tasks/result stream's name) may send question
+    KEY of TASK_ID to SESSION_ID: no stream of the session sent it yet, or this tasks/result
+    stream did and was resumed from before it (the client has not seen it). Marks it sent.
+    Without a working cache the answer is yes: a question asked twice is answered once (the
+    first answer wins), a question never asked leaves the task waiting."""
+    if session_id is None:
+        return True
+    mark = f"asked:{session_id}:{task_id}:{key}"
+    try:
+        if cache.add(mark, stream, ASKED_SECONDS):
+            return True
+        return stream != GET_STREAM and cache.get(mark) == stream
+    except Exception as exc:  # any cache backend's failure (Redis, database)
+        log.warning("question %s of task %s not marked asked: %s", key, task_id, exc)
+        return True
 
 
 def question_request(task: Task, question: InputRequest) -> dict[str, Any]:

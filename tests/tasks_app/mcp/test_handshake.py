@@ -519,6 +519,53 @@ def test_a_result_stream_closes_and_resumes_by_get_with_last_event_id(mcp, setti
     assert stream_slots.held() == 0
 
 
+def test_a_question_goes_to_a_session_once_and_again_only_to_a_stream_resumed_before_it(
+    mcp, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_KEEPALIVE_SECONDS = 0.1
+    settings.TASKDESK_STREAM_SECONDS = 0.5
+    session = Session(mcp, capabilities={"elicitation": {"form": {}}})
+    task_id = create(session)["taskId"]
+    open_question(task_id, "confirm")
+
+    def sse(raw: bytes) -> list[tuple[str | None, dict | None]]:
+        """(event id, message) per event of RAW."""
+        out = []
+        for block in raw.decode().split("\n\n"):
+            fields = dict(line.split(": ", 1) for line in block.splitlines() if ": " in line)
+            data = fields.get("data", "").strip()
+            if "id" in fields or data:
+                out.append((fields.get("id"), json.loads(data) if data else None))
+        return out
+
+    def asked(events: list[tuple[str | None, dict | None]]) -> list[str | None]:
+        return [i for i, m in events if m and m.get("method") == "elicitation/create"]
+
+    def resume(event_id: str) -> list[tuple[str | None, dict | None]]:
+        headers = session.stream_headers(**{"Last-Event-ID": event_id})
+        return sse(b"".join(mcp.http.get("/mcp", headers=headers).streaming_content))
+
+    body = rpc("tasks/result", {"taskId": task_id})
+    body["id"] = "result-1"
+    first = sse(b"".join(session.post(body).streaming_content))
+    priming = first[0][0]
+    [question_id] = asked(first)  # the question, with an event id of its own
+    assert priming and question_id and question_id != priming
+
+    # Resumed after the question: the client has it, and it is not sent again.
+    assert asked(resume(question_id)) == []
+    # Resumed from before it (the question was lost with the stream): sent again.
+    assert len(asked(resume(priming))) == 1
+    # The session's other streams leave it alone: a second tasks/result, the GET stream.
+    body["id"] = "result-2"
+    assert asked(sse(b"".join(session.post(body).streaming_content))) == []
+    stream = mcp.http.get("/mcp", headers=session.stream_headers())
+    assert asked(sse(b"".join(stream.streaming_content))) == []
+    # Another session of the same client is asked on its own stream.
+    other = Session(mcp, capabilities={"elicitation": {"form": {}}})
+    assert len(asked(sse(b"".join(other.post(body).streaming_content)))) == 1
+
+
 def test_responses_to_the_server_are_accepted_and_kept_once(mcp) -> None:  # type: ignore[no-untyped-def]
     from tasks_app import sessions
     from tasks_app.models import McpReply

@@ -26,6 +26,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Collection
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from django.conf import settings
@@ -272,7 +273,7 @@ def result_stream(
                 if session_id is not None
                 else None
             )
-            asker = _Asker(envelope, task_id, request_id, session_id, emit, seen)
+            asker = _Asker(envelope, task_id, request_id, session_id, emit, set(seen))
             result = _wait_for_result(task_id, asker, cancelled, seconds, withdrawn)
         finally:
             _result_stream(task_id, -1)
@@ -322,6 +323,7 @@ def parse_resume_id(text: str) -> Resume | None:
     return Resume(task_id, request_id, frozenset(asked))
 
 
+@dataclass
 class _Asker:
     """Sends a tasks/result stream's pending questions as ``elicitation/create``, each with
     an event id that names every question the stream has sent so far.
@@ -331,23 +333,17 @@ class _Asker:
     shared cache marks it asked (``may_ask``). A stream resumed from an event before one of
     its own questions sends that question again: the client has not seen it."""
 
-    def __init__(
-        self,
-        envelope: Envelope,
-        task_id: str,
-        request_id: str | int,
-        session_id: str | None,
-        emit: Emit,
-        seen: frozenset[str],
-    ) -> None:
-        self.envelope = envelope
-        self.task_id = task_id
-        self.request_id = request_id
-        self.session_id = session_id
-        self.emit = emit
-        self.seen = seen
-        self.sent = set(seen)
-        self.stream = f"result:{json.dumps(request_id)}"
+    envelope: Envelope
+    task_id: str
+    request_id: str | int
+    session_id: str | None
+    emit: Emit
+    # The questions sent before the client's Last-Event-ID (a resumed stream), then these too.
+    sent: set[str]
+
+    @property
+    def stream(self) -> str:
+        return f"result:{json.dumps(self.request_id)}"
 
     def __call__(self, task: Task) -> None:
         if task.status != Status.INPUT_REQUIRED:

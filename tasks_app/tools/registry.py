@@ -16,7 +16,7 @@ import typing
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any, Literal, TypeVar, overload
+from typing import Any, Literal, TypedDict, TypeVar, Unpack, overload
 
 import jsonschema
 import jsonschema_rs
@@ -251,6 +251,26 @@ def _given_output_schema(given: dict[str, Any] | type, tool_name: str) -> dict[s
     return schema
 
 
+class ToolOptions(TypedDict, total=False):
+    """The keyword arguments of ``Toolset.tool`` (its signature has their defaults)."""
+
+    name: str | None
+    description: str | None
+    title: str | None
+    input_schema: dict[str, Any] | None
+    output_schema: dict[str, Any] | type | None
+    task: TaskPolicy
+    requires_idempotency_key: bool
+    key_argument: str | None
+    annotations: dict[str, Any] | None
+    ttl: timedelta | None
+    poll_interval: timedelta | None
+    time_limit: float | None
+    escalate: bool
+    durable_sync: bool
+    stream_seconds: float | None
+
+
 class Toolset:
     """A named group of tools (and, for toolsets that need them, prompts and resources)."""
 
@@ -264,27 +284,7 @@ class Toolset:
     def tool(self, func: F, /) -> F: ...
 
     @overload
-    def tool(
-        self,
-        func: None = None,
-        /,
-        *,
-        name: str | None = None,
-        description: str | None = None,
-        title: str | None = None,
-        input_schema: dict[str, Any] | None = None,
-        output_schema: dict[str, Any] | type | None = None,
-        task: TaskPolicy = "forbidden",
-        requires_idempotency_key: bool = False,
-        key_argument: str | None = None,
-        annotations: dict[str, Any] | None = None,
-        ttl: timedelta | None = None,
-        poll_interval: timedelta | None = None,
-        time_limit: float | None = None,
-        escalate: bool = False,
-        durable_sync: bool = False,
-        stream_seconds: float | None = None,
-    ) -> Callable[[F], F]: ...
+    def tool(self, func: None = None, /, **options: Unpack[ToolOptions]) -> Callable[[F], F]: ...
 
     def tool(
         self,

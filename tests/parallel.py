@@ -85,7 +85,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 def _deselect(config: pytest.Config, items: list[pytest.Item], serial: bool) -> None:
     """Keep the tests whose `serial` mark is SERIAL; report the others as deselected."""
-    kept, left = [], []
+    kept: list[pytest.Item] = []
+    left: list[pytest.Item] = []
     for item in items:
         (kept if (item.get_closest_marker("serial") is not None) == serial else left).append(item)
     if left:

@@ -152,11 +152,9 @@ def deliver(message: OutboxMessage, connection: Any) -> bool:
     except NotSent as exc:
         error, status_code = str(exc), exc.status_code
     latency = int((time.monotonic() - started) * 1000)
-    outbox.record_attempt(message, started_at=now, status_code=status_code,
-                          latency_ms=latency, ok=not error, error=error)  # fmt: skip
     done = timezone.now()
+    outbox.record([outbox.Attempt(message, now, status_code, latency, not error, error)], now=done)
     if not error:
-        outbox.delivered(message, now=done)
         return True
     log.info("%s %s to %s failed: %s", message.channel, message.message_id,
              message.recipient, error)  # fmt: skip

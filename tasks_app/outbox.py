@@ -5,10 +5,12 @@ A status change (``tasks_app.transitions``; the single-statement end of a leg in
 unknown (``tasks_app.runtime.effects``) call ``write_for_task`` inside their transaction: one
 message per enabled webhook endpoint of the task's client subscribed to the event. A question
 that waits for operators writes its messages to people (``write_to``, channels email and
-chat) in the transaction that opens it (``elicitations.notices``). No row is
-written, and one indexed look is the whole cost, for a client without endpoints. Senders
-(``tasks_app.webhooks`` for the webhook channel, ``elicitations.sending`` for the others) take due messages with ``claim`` and settle
-them with ``delivered``, ``retry_at`` or ``give_up``; a message is sent at least once.
+chat) in the transaction that opens it (``elicitations.notices``). No row is written, and one
+indexed look is the whole cost, for a client without endpoints. Senders (``tasks_app.webhooks``
+for the webhook channel, ``elicitations.sending`` for the others) take due messages with
+``claim``, fix a message's body at its first attempt (``fix_bodies``), record attempts with
+``record`` (which delivers those that succeeded), and ``retry_at`` or ``give_up`` the others;
+a message is sent at least once.
 
 Claiming moves a message's ``due_at`` past a lease: a sender killed in the middle of a
 delivery leaves the message to be taken again once the lease has passed (with the same
@@ -17,12 +19,13 @@ delivery leaves the message to be taken again once the lease has passed (with th
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import F, Window
+from django.db.models import Case, F, TextField, Value, When, Window
 from django.db.models.functions import RowNumber
 from django.utils import timezone
 
@@ -158,43 +161,69 @@ def claim(
     )
 
 
+def fix_bodies(bodies: Mapping[int, str]) -> dict[int, str]:
+    """Keep each of BODIES (message id -> body) as its message's body unless one was kept
+    already (by an earlier attempt); return the body every delivery of each message sends.
+    Two statements whatever the number of messages."""
+    ids = list(bodies)
+    if not ids:
+        return {}
+    OutboxMessage.objects.filter(pk__in=ids, body__isnull=True).update(
+        body=Case(
+            *(When(pk=pk, then=Value(body)) for pk, body in bodies.items()),
+            output_field=TextField(),
+        )
+    )
+    kept = OutboxMessage.objects.filter(pk__in=ids).values_list("pk", "body")
+    return {pk: body for pk, body in kept if body is not None}
+
+
 def fix_body(message: OutboxMessage, body: str) -> str:
-    """Keep BODY as MESSAGE's body unless one was kept already (by an earlier attempt);
-    return the body every delivery of the message sends."""
-    OutboxMessage.objects.filter(pk=message.pk, body__isnull=True).update(body=body)
-    kept = OutboxMessage.objects.values_list("body", flat=True).get(pk=message.pk)
+    """``fix_bodies`` for one MESSAGE, whose ``body`` it sets."""
+    kept = fix_bodies({message.pk: body})[message.pk]
     message.body = kept
-    assert kept is not None
     return kept
 
 
-def record_attempt(
-    message: OutboxMessage,
-    *,
-    started_at: datetime,
-    status_code: int | None,
-    latency_ms: int,
-    ok: bool,
-    error: str = "",
-) -> DeliveryAttempt:
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt at a message, as it is recorded (``record``)."""
+
+    message: OutboxMessage
+    started_at: datetime
+    status_code: int | None
+    latency_ms: int
+    ok: bool
+    error: str = ""
+
+
+def record(attempts: Sequence[Attempt], *, now: datetime) -> None:
+    """In one transaction: a ``DeliveryAttempt`` row for each of ATTEMPTS (each of another
+    message), each message's attempt count and last error, and the messages of the attempts
+    that succeeded delivered at NOW. A batch that succeeded is three statements."""
+    if not attempts:
+        return
     with transaction.atomic():
-        OutboxMessage.objects.filter(pk=message.pk).update(
-            attempts=F("attempts") + 1, last_error=error[:500]
+        DeliveryAttempt.objects.bulk_create(
+            DeliveryAttempt(
+                message=a.message,
+                started_at=a.started_at,
+                status_code=a.status_code,
+                latency_ms=a.latency_ms,
+                ok=a.ok,
+                error=a.error[:500],
+            )
+            for a in attempts
         )
-        return DeliveryAttempt.objects.create(
-            message=message,
-            started_at=started_at,
-            status_code=status_code,
-            latency_ms=latency_ms,
-            ok=ok,
-            error=error[:500],
-        )
-
-
-def delivered(message: OutboxMessage, *, now: datetime | None = None) -> None:
-    OutboxMessage.objects.filter(pk=message.pk).update(
-        delivered_at=now or timezone.now(), last_error=""
-    )
+        succeeded = [a.message.pk for a in attempts if a.ok]
+        if succeeded:
+            OutboxMessage.objects.filter(pk__in=succeeded).update(
+                attempts=F("attempts") + 1, last_error="", delivered_at=now
+            )
+        for failed in (a for a in attempts if not a.ok):
+            OutboxMessage.objects.filter(pk=failed.message.pk).update(
+                attempts=F("attempts") + 1, last_error=failed.error[:500]
+            )
 
 
 def retry_at(message: OutboxMessage, when: datetime) -> None:

@@ -6,9 +6,10 @@ a loopback address, and only with ``TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK``), and
 must resolve to public addresses: private, loopback, link-local and other special addresses
 are refused unless ``TASKDESK_WEBHOOK_ALLOWED_NETWORKS`` (CIDR list) allows them (loopback
 also with ``TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK``). The check is made at registration and
-again at each delivery: the name is resolved once, the address checked, and the connection
-made to that address, with the name in the Host header and in TLS (SNI and certificate
-check), so a name that resolves differently the second time reaches nothing unchecked.
+again for each batch of deliveries: the name is resolved once, the address checked, and the
+batch's one kept-alive connection made to that address, with the name in the Host header and
+in TLS (SNI and certificate check), so a name that resolves differently the second time
+reaches nothing unchecked.
 
 ``deliver_due`` (the control job ``deliver_webhooks_job``) sends the outbox's webhook messages
 (``tasks_app.outbox``), signed per the Standard Webhooks specification with the
@@ -224,38 +225,55 @@ class Answer:
         return self.status_code is not None and 200 <= self.status_code < 300
 
 
-def post(url: str, body: str, headers: dict[str, str]) -> Answer:
-    """POST BODY to URL once: to the address checked now, no redirects, short timeouts."""
-    started = time.monotonic()
+class Connection:
+    """Deliveries to one URL over one kept-alive connection: the URL is checked and its host
+    resolved once, when the connection is opened, and every POST goes to that checked
+    address (a receiver that closes the connection gets a new one, to the same address).
+    No redirects, short timeouts, at most ``_ANSWER_BYTES`` of an answer read."""
 
-    def took() -> int:
-        return int((time.monotonic() - started) * 1000)
+    def __init__(self, url: str) -> None:
+        self._pool: urllib3.HTTPConnectionPool | None = None
+        try:
+            self._target: Target | None = resolve(url)
+            self._refused = ""
+        except UnsafeUrl as exc:
+            self._target, self._refused = None, f"refused: {exc}"
 
-    try:
-        target = resolve(url)
-    except UnsafeUrl as exc:
-        return Answer(None, took(), f"refused: {exc}")
-    seconds = settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS
-    timeout = urllib3.Timeout(connect=min(seconds, 5.0), read=seconds)
-    pool: urllib3.HTTPConnectionPool
-    if target.scheme == "https":
-        pool = urllib3.HTTPSConnectionPool(
-            target.address,
-            target.port,
-            timeout=timeout,
-            retries=False,
-            server_hostname=target.host,
-            assert_hostname=target.host,
-            cert_reqs="CERT_REQUIRED",
-            ca_certs=settings.TASKDESK_WEBHOOK_CA_FILE,
-        )
-    else:
-        pool = urllib3.HTTPConnectionPool(
-            target.address, target.port, timeout=timeout, retries=False
-        )
-    try:
-        with pool:
-            response = pool.urlopen(
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._pool is not None:
+            self._pool.close()
+
+    def _opened(self, target: Target) -> urllib3.HTTPConnectionPool:
+        if self._pool is None:
+            seconds = settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS
+            timeout = urllib3.Timeout(connect=min(seconds, 5.0), read=seconds)
+            if target.scheme == "https":
+                self._pool = urllib3.HTTPSConnectionPool(
+                    target.address, target.port, timeout=timeout, retries=False, maxsize=1,
+                    server_hostname=target.host, assert_hostname=target.host,
+                    cert_reqs="CERT_REQUIRED", ca_certs=settings.TASKDESK_WEBHOOK_CA_FILE,
+                )  # fmt: skip
+            else:
+                self._pool = urllib3.HTTPConnectionPool(
+                    target.address, target.port, timeout=timeout, retries=False, maxsize=1
+                )
+        return self._pool
+
+    def post(self, body: str, headers: dict[str, str]) -> Answer:
+        """POST BODY once."""
+        started = time.monotonic()
+
+        def took() -> int:
+            return int((time.monotonic() - started) * 1000)
+
+        if self._target is None:
+            return Answer(None, took(), self._refused)
+        target = self._target
+        try:
+            response = self._opened(target).urlopen(
                 "POST",
                 target.path,
                 body=body.encode(),
@@ -272,13 +290,21 @@ def post(url: str, body: str, headers: dict[str, str]) -> Answer:
             )
             try:
                 response.read(_ANSWER_BYTES)
+                if response.length_remaining != 0:
+                    response.close()  # more than is read, or of unknown length: not reused
             finally:
                 response.release_conn()
             status = response.status
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        return Answer(None, took(), f"{type(exc).__name__}: {exc}")
-    error = "" if 200 <= status < 300 else f"HTTP {status}"
-    return Answer(status, took(), error)
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            return Answer(None, took(), f"{type(exc).__name__}: {exc}")
+        error = "" if 200 <= status < 300 else f"HTTP {status}"
+        return Answer(status, took(), error)
+
+
+def post(url: str, body: str, headers: dict[str, str]) -> Answer:
+    """POST BODY to URL once, on a connection of its own (``Connection``)."""
+    with Connection(url) as connection:
+        return connection.post(body, headers)
 
 
 def backoff_seconds(attempts: int) -> float:
@@ -312,15 +338,13 @@ def describe_tasks_with(builder: TaskData) -> None:
     _task_data[:] = [builder]
 
 
-def data_of(message: OutboxMessage) -> dict[str, Any]:
-    """A webhook's ``data``: its task (as ``tasks/get`` returns it) and what the message's
-    writer added (an effect)."""
+def data_of(message: OutboxMessage, task: Task | None = None) -> dict[str, Any]:
+    """A webhook's ``data``: its task (as ``tasks/get`` returns it; read unless given) and
+    what the message's writer added (an effect)."""
     assert _task_data, "tasks_app.apps registers the task builder"
-    task = Task.objects.select_related("client").get(pk=message.task_id)
+    if task is None:
+        task = Task.objects.select_related("client").get(pk=message.task_id)
     return {**_task_data[0](task), **message.detail}
-
-
-BodyBuilder = Callable[[OutboxMessage], dict[str, Any]]
 
 
 def body_of(message: OutboxMessage, data: dict[str, Any]) -> str:
@@ -332,45 +356,97 @@ def body_of(message: OutboxMessage, data: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
-def deliver(message: OutboxMessage, build_data: BodyBuilder = data_of) -> bool:
-    """One attempt at MESSAGE (taken with ``outbox.claim``); True if it was delivered."""
-    endpoint = message.endpoint
-    now = timezone.now()
+def _sendable(messages: list[OutboxMessage], now: datetime) -> list[OutboxMessage]:
+    """MESSAGES (taken with ``outbox.claim``, of one endpoint) that may be sent, each with
+    the body all its deliveries send (built and kept at the first attempt, for the batch
+    in one read of the tasks and one write); the others are given up."""
+    endpoint = messages[0].endpoint
     if endpoint is None or not endpoint.enabled:
-        outbox.give_up(message, reason="the endpoint is disabled or gone", now=now)
-        return False
-    body = message.body
-    if body is None:
-        try:
-            data = build_data(message)
-        except Task.DoesNotExist:  # purged meanwhile (its messages go with it)
+        for message in messages:
+            outbox.give_up(message, reason="the endpoint is disabled or gone", now=now)
+        return []
+    unbuilt = [m for m in messages if m.body is None]
+    tasks = Task.objects.select_related("client").in_bulk({m.task_id for m in unbuilt})
+    for message in unbuilt:
+        if message.task_id not in tasks:  # purged meanwhile (its messages go with it)
             outbox.give_up(message, reason="the task is gone", now=now)
-            return False
-        body = outbox.fix_body(message, body_of(message, data))
-    answer = post(
-        endpoint.url, body, signed_headers(endpoint.secret, message.message_id, body, now)
+    kept = outbox.fix_bodies(
+        {m.pk: body_of(m, data_of(m, tasks[m.task_id])) for m in unbuilt if m.task_id in tasks}
     )
-    outbox.record_attempt(message, started_at=now, status_code=answer.status_code,
-                          latency_ms=answer.latency_ms, ok=answer.ok, error=answer.error)  # fmt: skip
+    for message in unbuilt:
+        message.body = kept.get(message.pk)
+    return [m for m in messages if m.body is not None]
+
+
+def _send_in_turn(messages: list[OutboxMessage], held_until: float, threaded: bool) -> int:
+    """Send one endpoint's MESSAGES one after the other over one connection while the lease
+    holds; return how many were delivered. Attempts are recorded together at the end (a
+    failed one at once, with those before it), so a batch that succeeds costs three
+    statements besides its bodies."""
+    attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
+    sent = 0
+    try:
+        sendable = _sendable(messages, timezone.now())
+        if not sendable:
+            return 0
+        endpoint = sendable[0].endpoint
+        assert endpoint is not None
+        succeeded: list[outbox.Attempt] = []
+        with Connection(endpoint.url) as connection:
+            for message in sendable:
+                if time.monotonic() + attempt > held_until:
+                    break  # the rest are due again when the lease ends (slow endpoints)
+                assert message.body is not None
+                now = timezone.now()
+                answer = connection.post(message.body, signed_headers(
+                    endpoint.secret, message.message_id, message.body, now))  # fmt: skip
+                tried = outbox.Attempt(message, now, answer.status_code, answer.latency_ms,
+                                       answer.ok, answer.error)  # fmt: skip
+                if answer.ok:
+                    succeeded.append(tried)
+                    continue
+                sent += _settle(endpoint, [*succeeded, tried])
+                succeeded = []
+                _failed(message, endpoint, answer.error, now=now)
+        sent += _settle(endpoint, succeeded)
+    finally:
+        if threaded:
+            db.connections.close_all()  # this thread's own
+    return sent
+
+
+def _settle(endpoint: WebhookEndpoint, attempts: list[outbox.Attempt]) -> int:
+    """Record ATTEMPTS at ENDPOINT's messages; an endpoint that took one is not failing.
+    Return how many were delivered."""
+    outbox.record(attempts, now=timezone.now())
+    delivered = sum(a.ok for a in attempts)
+    if delivered and endpoint.failing_since is not None:
+        WebhookEndpoint.objects.filter(pk=endpoint.pk).update(failing_since=None)
+        endpoint.failing_since = None
+    return delivered
+
+
+def _failed(
+    message: OutboxMessage, endpoint: WebhookEndpoint, error: str, *, now: datetime
+) -> None:
+    """After a failed attempt at MESSAGE (started at NOW): its retry with backoff, or its end
+    when the retry window has passed; the endpoint disabled when every delivery failed for
+    the window."""
+    log.info("webhook %s to %s failed: %s", message.message_id, endpoint.url, error)
+    if endpoint.failing_since is None:
+        WebhookEndpoint.objects.filter(pk=endpoint.pk, failing_since__isnull=True).update(
+            failing_since=now
+        )
+        endpoint.failing_since = now
+    failing_since = endpoint.failing_since
     done = timezone.now()
-    if answer.ok:
-        outbox.delivered(message, now=done)
-        if endpoint.failing_since is not None:
-            WebhookEndpoint.objects.filter(pk=endpoint.pk).update(failing_since=None)
-        return True
-    log.info("webhook %s to %s failed: %s", message.message_id, endpoint.url, answer.error)
-    WebhookEndpoint.objects.filter(pk=endpoint.pk, failing_since__isnull=True).update(
-        failing_since=now
-    )
-    failing_since = endpoint.failing_since or now
     if done - failing_since >= _retry_window():
         disable(endpoint, reason=f"every delivery failed since {failing_since:%Y-%m-%d %H:%M} UTC")
     after = done + timedelta(seconds=backoff_seconds(message.attempts + 1))
     if after - message.retry_from > _retry_window() or not _still_enabled(endpoint):
-        _give_up(message, endpoint, answer.error, now=done)
+        _give_up(message, endpoint, error, now=done)
     else:
         outbox.retry_at(message, after)
-    return False
 
 
 def _still_enabled(endpoint: WebhookEndpoint) -> bool:
@@ -413,25 +489,7 @@ class _InPlace(Executor):
         return future
 
 
-def _send_in_turn(
-    messages: list[OutboxMessage], build_data: BodyBuilder, held_until: float, threaded: bool
-) -> int:
-    """Send one endpoint's MESSAGES one after the other while the lease holds; return how
-    many were delivered."""
-    attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
-    sent = 0
-    try:
-        for message in messages:
-            if time.monotonic() + attempt > held_until:
-                break  # the rest are due again when the lease ends (slow endpoints)
-            sent += deliver(message, build_data)
-    finally:
-        if threaded:
-            db.connections.close_all()  # this thread's own
-    return sent
-
-
-def deliver_due(build_data: BodyBuilder = data_of, *, seconds: float) -> int:
+def deliver_due(*, seconds: float) -> int:
     """Send due webhook messages for up to SECONDS; return how many were delivered.
 
     Up to ``TASKDESK_WEBHOOK_CONCURRENCY`` endpoints are sent to at once, each by its own
@@ -460,7 +518,7 @@ def deliver_due(build_data: BodyBuilder = data_of, *, seconds: float) -> int:
                 for message in taken:
                     by_endpoint.setdefault(message.endpoint_id, []).append(message)
                 for endpoint_id, messages in by_endpoint.items():
-                    job = pool.submit(_send_in_turn, messages, build_data, held_until, threaded)
+                    job = pool.submit(_send_in_turn, messages, held_until, threaded)
                     sending[job] = endpoint_id
                 if taken:
                     continue  # others may be due too: claim again while threads are free

@@ -33,6 +33,11 @@ class Receiver:
     hold_first: float = 0.0
     hold_each: float = 0.0
     most_at_once: int = 0
+    # HTTP/1.1 with connections kept alive (as most receivers answer), or HTTP/1.0: one
+    # request per connection; ``connections`` counts the connections senders opened.
+    keep_alive: bool = True
+    connections: int = 0
+    answer_body: bytes = b"ok"
     # TLS: (certificate file, key file) to serve https; the SNI names the senders gave.
     tls: tuple[str, str] | None = None
     server_names: list[str | None] = field(default_factory=list)
@@ -45,6 +50,13 @@ class Receiver:
         receiver = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1" if self.keep_alive else "HTTP/1.0"
+
+            def setup(self) -> None:
+                super().setup()
+                with receiver._lock:
+                    receiver.connections += 1
+
             def log_message(self, format: str, *args: Any) -> None:
                 pass
 
@@ -89,9 +101,9 @@ class Receiver:
             self._at_once -= 1
         try:
             handler.send_response(status)
-            handler.send_header("Content-Length", "2")
+            handler.send_header("Content-Length", str(len(self.answer_body)))
             handler.end_headers()
-            handler.wfile.write(b"ok")
+            handler.wfile.write(self.answer_body)
         except OSError:
             pass  # the sender went away (killed mid-delivery)
 

@@ -14,6 +14,8 @@ from datetime import timedelta
 import pytest
 from django.core.exceptions import ValidationError
 from django.core.management import CommandError, call_command
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
@@ -243,6 +245,76 @@ def test_three_failures_then_success_four_attempts_on_the_task_page(  # type: ig
     page = client.get(reverse("task_detail", args=[task.pk])).content.decode()
     assert page.count('class="webhook-attempt"') == 4
     assert message.message_id in page
+
+
+def _complete_tasks(alice, count: int) -> list[Task]:  # type: ignore[no-untyped-def]
+    tasks = [
+        Task.objects.create(client=alice, tool_name="slow_echo", arguments={"n": n})
+        for n in range(count)
+    ]
+    for each in tasks:
+        transitions.complete(task_id=each.pk, result={"content": []})
+    return tasks
+
+
+def test_one_endpoints_batch_goes_over_one_connection_in_a_fixed_number_of_statements(
+    alice, receiver
+) -> None:  # type: ignore[no-untyped-def]
+    _endpoint(alice, receiver, ["task.completed"])
+    _complete_tasks(alice, 2)
+    with CaptureQueriesContext(connection) as two:
+        assert webhooks.deliver_due(seconds=5) == 2
+    _complete_tasks(alice, 8)
+    with CaptureQueriesContext(connection) as eight:
+        assert webhooks.deliver_due(seconds=5) == 8
+    # Claiming, the tasks' bodies and the attempts: as many statements for eight as for two.
+    assert len(eight) == len(two)
+    assert receiver.connections == 2  # one per batch
+    assert len(receiver.deliveries) == 10 and all(d.verified for d in receiver.deliveries)
+    assert not OutboxMessage.objects.filter(delivered_at__isnull=True).exists()
+    assert list(OutboxMessage.objects.values_list("attempts", flat=True)) == [1] * 10
+    assert DeliveryAttempt.objects.filter(ok=True, status_code=200).count() == 10
+
+
+@pytest.mark.parametrize(
+    "receiver_options",
+    [{"keep_alive": False}, {"answer_body": b"x" * 10_000}],
+    ids=["a receiver that closes each connection", "an answer longer than what is read"],
+)
+def test_a_connection_that_cannot_be_kept_is_made_again_for_the_next_message(
+    alice, receiver_options
+) -> None:  # type: ignore[no-untyped-def]
+    receiver = Receiver(**receiver_options)
+    try:
+        _endpoint(alice, receiver, ["task.completed"])
+        _complete_tasks(alice, 3)
+        assert webhooks.deliver_due(seconds=5) == 3
+        assert receiver.connections == 3
+        assert [d.verified for d in receiver.deliveries] == [True] * 3
+    finally:
+        receiver.close()
+
+
+def test_a_failure_in_a_batch_is_retried_alone_and_the_endpoint_is_not_failing_after_a_success(
+    alice, receiver, settings
+) -> None:  # type: ignore[no-untyped-def]
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    receiver.script = [200, 500, 200]
+    hook = _endpoint(alice, receiver, ["task.completed"])
+    first, second, third = _complete_tasks(alice, 3)
+    assert webhooks.deliver_due(seconds=5) == 2
+    state = {
+        m.task_id: (m.attempts, m.delivered_at is not None, m.last_error)
+        for m in OutboxMessage.objects.all()
+    }
+    assert state == {
+        first.pk: (1, True, ""),
+        second.pk: (1, False, "HTTP 500"),
+        third.pk: (1, True, ""),
+    }
+    assert OutboxMessage.objects.get(task=second).due_at > timezone.now() + timedelta(seconds=20)
+    hook.refresh_from_db()
+    assert hook.failing_since is None and hook.enabled
 
 
 def test_the_connect_time_check_refuses_what_registration_allowed(

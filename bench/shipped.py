@@ -402,8 +402,10 @@ WEBHOOK_EVENTS = ("task.completed", "task.failed", "task.cancelled", "task.input
 
 
 class _Receiver(BaseHTTPRequestHandler):
-    """Takes every delivery at once (204) and counts it."""
+    """Takes every delivery at once (204) and counts it, keeping connections alive (HTTP/1.1)
+    as receivers behind any common server do."""
 
+    protocol_version = "HTTP/1.1"
     received = 0
     lock = threading.Lock()
 

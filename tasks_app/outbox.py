@@ -19,14 +19,14 @@ delivery leaves the message to be taken again once the lease has passed (with th
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Case, F, TextField, Value, When, Window
-from django.db.models.functions import RowNumber
+from django.db.models import Case, F, TextField, Value, When
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -121,6 +121,10 @@ def write_to(
     return len(rows)
 
 
+# How many of the oldest due messages a claim with a per-endpoint cap looks at, in batches.
+_LOOK = 5
+
+
 def claim(
     channel: str,
     *,
@@ -131,26 +135,33 @@ def claim(
 ) -> list[OutboxMessage]:
     """Take up to LIMIT due messages of CHANNEL, oldest due first, for LEASE_SECONDS: they are
     not due again before then (a sender that dies leaves them to the next). With
-    PER_ENDPOINT, at most that many of one endpoint (the oldest due of each), so one
-    endpoint's backlog cannot fill the batch; messages of SKIP_ENDPOINTS (those being sent
-    to at the moment) are left. Messages another sender is taking at this moment are skipped
-    (PostgreSQL)."""
+    PER_ENDPOINT, at most that many of one endpoint, so one endpoint's backlog cannot fill the
+    batch; messages of SKIP_ENDPOINTS (those being sent to at the moment) are left. Messages
+    another sender is taking at this moment are skipped (PostgreSQL).
+
+    The cost does not grow with the backlog beyond one index scan: the claim locks at most
+    ``_LOOK`` batches of the oldest due messages and keeps the batch it may take from them (a
+    ranking of every due message per endpoint took 27 s a claim at 21,000 due)."""
     now = timezone.now()
     due = OutboxMessage.objects.filter(
         channel=channel, delivered_at__isnull=True, gave_up_at__isnull=True, due_at__lte=now
     ).exclude(endpoint_id__in=list(skip_endpoints))
-    if per_endpoint is not None:
-        # PostgreSQL refuses FOR UPDATE beside a window function: rank in a subquery.
-        first = due.annotate(
-            rank=Window(RowNumber(), partition_by=F("endpoint_id"), order_by=F("due_at").asc())
-        ).filter(rank__lte=per_endpoint)
-        due = due.filter(pk__in=first.values("pk"))
+    look = limit if per_endpoint is None else limit * _LOOK
     with transaction.atomic():
-        ids = list(
+        oldest = (
             due.select_for_update(skip_locked=True)
             .order_by("due_at")
-            .values_list("pk", flat=True)[:limit]
+            .values_list("pk", "endpoint_id")[:look]
         )
+        ids: list[int] = []
+        of_endpoint: Counter[int | None] = Counter()
+        for pk, endpoint_id in oldest:
+            if per_endpoint is not None and of_endpoint[endpoint_id] >= per_endpoint:
+                continue
+            of_endpoint[endpoint_id] += 1
+            ids.append(pk)
+            if len(ids) == limit:
+                break
         if not ids:
             return []
         OutboxMessage.objects.filter(pk__in=ids).update(

@@ -247,13 +247,10 @@ def test_three_failures_then_success_four_attempts_on_the_task_page(  # type: ig
     assert message.message_id in page
 
 
-def _complete_tasks(alice, count: int) -> list[Task]:  # type: ignore[no-untyped-def]
-    tasks = [
-        Task.objects.create(client=alice, tool_name="slow_echo", arguments={"n": n})
-        for n in range(count)
-    ]
-    for each in tasks:
-        transitions.complete(task_id=each.pk, result={"content": []})
+def _completed(client, count: int) -> list[Task]:  # type: ignore[no-untyped-def]
+    tasks = [Task.objects.create(client=client, tool_name="t", arguments={}) for _ in range(count)]
+    for task in tasks:
+        transitions.complete(task_id=task.pk, result={"content": []})
     return tasks
 
 
@@ -261,10 +258,10 @@ def test_one_endpoints_batch_goes_over_one_connection_in_a_fixed_number_of_state
     alice, receiver
 ) -> None:  # type: ignore[no-untyped-def]
     _endpoint(alice, receiver, ["task.completed"])
-    _complete_tasks(alice, 2)
+    _completed(alice, 2)
     with CaptureQueriesContext(connection) as two:
         assert webhooks.deliver_due(seconds=5) == 2
-    _complete_tasks(alice, 8)
+    _completed(alice, 8)
     with CaptureQueriesContext(connection) as eight:
         assert webhooks.deliver_due(seconds=5) == 8
     # Claiming, the tasks' bodies and the attempts: as many statements for eight as for two.
@@ -287,7 +284,7 @@ def test_a_connection_that_cannot_be_kept_is_made_again_for_the_next_message(
     receiver = Receiver(**receiver_options)
     try:
         _endpoint(alice, receiver, ["task.completed"])
-        _complete_tasks(alice, 3)
+        _completed(alice, 3)
         assert webhooks.deliver_due(seconds=5) == 3
         assert receiver.connections == 3
         assert [d.verified for d in receiver.deliveries] == [True] * 3
@@ -301,7 +298,7 @@ def test_a_failure_in_a_batch_is_retried_alone_and_the_endpoint_is_not_failing_a
     settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
     receiver.script = [200, 500, 200]
     hook = _endpoint(alice, receiver, ["task.completed"])
-    first, second, third = _complete_tasks(alice, 3)
+    first, second, third = _completed(alice, 3)
     assert webhooks.deliver_due(seconds=5) == 2
     state = {
         m.task_id: (m.attempts, m.delivered_at is not None, m.last_error)
@@ -375,12 +372,6 @@ def test_backoff_doubles_with_jitter(settings) -> None:  # type: ignore[no-untyp
         assert len(set(waits)) > 1
 
 
-def _completed(client, count: int) -> None:  # type: ignore[no-untyped-def]
-    for _ in range(count):
-        task = Task.objects.create(client=client, tool_name="t", arguments={})
-        transitions.complete(task_id=task.pk, result={"content": []})
-
-
 def test_a_claim_takes_a_few_messages_per_endpoint(alice, bob, receiver) -> None:  # type: ignore[no-untyped-def]
     a, b = _endpoint(alice, receiver), _endpoint(bob, receiver)
     _completed(alice, 30)
@@ -393,6 +384,21 @@ def test_a_claim_takes_a_few_messages_per_endpoint(alice, bob, receiver) -> None
     )
     assert [m.endpoint_id for m in again] == [a.pk] * 5
     assert not {m.pk for m in again} & {m.pk for m in taken}
+
+
+def test_a_claim_looks_at_the_oldest_few_batches_and_leaves_a_later_endpoint_to_the_next(
+    alice, bob, receiver
+) -> None:  # type: ignore[no-untyped-def]
+    a, b = _endpoint(alice, receiver), _endpoint(bob, receiver)
+    _completed(alice, 120)  # more than a claim of 20 looks at
+    _completed(bob, 1)
+    taken = outbox.claim("webhook", limit=20, per_endpoint=5, lease_seconds=60)
+    assert [m.endpoint_id for m in taken] == [a.pk] * 5
+    # The sender claims again at once, leaving the endpoint it is sending to.
+    again = outbox.claim(
+        "webhook", limit=20, per_endpoint=5, lease_seconds=60, skip_endpoints=[a.pk]
+    )
+    assert [m.endpoint_id for m in again] == [b.pk]
 
 
 @pytest.mark.django_db(transaction=True)

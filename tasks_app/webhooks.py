@@ -70,7 +70,7 @@ IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 # The most of an answer's body that is read (the rest is dropped with the connection).
 _ANSWER_BYTES = 4096
-_BATCH = 20
+_BATCH = 100
 # The most messages of one endpoint a claim takes (sent one after another by one thread), so
 # that a batch always has room for others.
 _PER_ENDPOINT = _BATCH // 2
@@ -393,9 +393,10 @@ def _send_in_turn(messages: list[OutboxMessage], held_until: float, threaded: bo
         assert endpoint is not None
         succeeded: list[outbox.Attempt] = []
         with Connection(endpoint.url) as connection:
-            for message in sendable:
+            for index, message in enumerate(sendable):
                 if time.monotonic() + attempt > held_until:
-                    break  # the rest are due again when the lease ends (slow endpoints)
+                    outbox.release(sendable[index:])  # a slow endpoint: for the next claim
+                    break
                 assert message.body is not None
                 now = timezone.now()
                 answer = connection.post(message.body, signed_headers(

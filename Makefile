@@ -30,20 +30,15 @@ run: install
 	exec $(BIN)/python scripts/run_procfile.py -f Procfile --port $(PORT)
 
 # Tests keep their SQLite files, broker folder and exports apart from `make run`'s. They run in
-# TEST_WORKERS pytest-xdist workers, each with its own folder and broker (tests/parallel.py):
-# most tests that start processes spend their time waiting for them, so a two-core machine
-# runs more than two at once (docs/benchmarks.md). TEST_WORKERS=0 runs them in this process.
+# two passes at once (scripts/run_tests.py): TEST_WORKERS pytest-xdist workers, each with its
+# own folder and broker (tests/parallel.py), beside the fault tests marked serial in one
+# process. TEST_WORKERS=0 runs them all in this process.
 # COVERAGE=1 adds branch coverage per package and fails under .ci/coverage-floors.json.
 TEST_WORKERS ?= 4
+export TEST_WORKERS COVERAGE PYTEST_ARGS
 test: export TASKDESK_VAR_DIR ?= $(CURDIR)/var/test
-# Tests marked serial run after the workers, in one process (`5`: none of them was selected).
 test: install
-	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist loadgroup \
-	    $(if $(COVERAGE),--cov --cov-branch --cov-report=) $(PYTEST_ARGS)
-	$(if $(filter 0,$(TEST_WORKERS)),,$(BIN)/python -m pytest --only-serial \
-	    $(if $(COVERAGE),--cov --cov-branch --cov-append --cov-report=) $(PYTEST_ARGS) \
-	    || [ $$? -eq 5 ])
-	$(if $(COVERAGE),$(BIN)/python scripts/coverage_floors.py)
+	$(BIN)/python scripts/run_tests.py
 
 # The official MCP conformance suite (ten tasks-* scenarios + the 2026-07-28 and 2025-11-25
 # requirement sets)

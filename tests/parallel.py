@@ -17,8 +17,9 @@ And it groups what the workers are handed (``--dist loadgroup``), in the order o
   that costs half a minute) on one worker, so it is made once;
 - every test of RabbitMQ on one worker (they share a vhost);
 - none marked ``serial`` (the kill loop, the outages, `make run`, the broker outage: fault
-  tests whose deadlines assume the cores are theirs): `make test` runs those afterwards in
-  one process, with ``--only-serial``.
+  tests whose deadlines assume a core is free when their processes need one): `make test`
+  runs those beside the workers in one process of their own, with ``--only-serial``
+  (scripts/run_tests.py).
 
 Nothing makes a worker wait for another: a worker that waited for a turn held its share of
 the run idle (measured: a queue of fault tests left two of three workers waiting 200 s).
@@ -79,7 +80,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(
         "--only-serial",
         action="store_true",
-        help="run only the tests marked serial (make test's second pass, after the workers)",
+        help="run only the tests marked serial (make test's pass beside the workers)",
     )
 
 

@@ -27,8 +27,9 @@ from tests.live import pool_restored, wait_for
 pytestmark = [
     pytest.mark.live,
     pytest.mark.slow,
-    # After the parallel workers, in one process (tests/parallel.py): ten worker restarts and
-    # a hundred pool forks, each waiting for a core, stalled it beside three busy workers.
+    # In make test's serial pass, a process of its own beside the workers
+    # (scripts/run_tests.py): ten worker restarts and a hundred pool forks, each waiting for a
+    # core, stalled it inside a worker beside three busy ones.
     pytest.mark.serial,
     pytest.mark.skipif(
         os.environ.get("CELERY_BROKER_URL", "filesystem://").split(":")[0] != "filesystem",

@@ -1,0 +1,100 @@
+"""`make test`: the suite in two passes that run at the same time.
+
+- **The parallel pass**: every test not marked ``serial``, in ``TEST_WORKERS`` pytest-xdist
+  workers (tests/parallel.py).
+- **The serial pass**: the fault tests marked ``serial`` (the kill loop, the outages, `make
+  run`, the broker outage), one after another in one process. Their deadlines do not allow a
+  worker's share of the machine beside three other workers, but they use about a third of a
+  core on average and wait for their processes the rest of the time: run after the workers,
+  they left the machine mostly idle for four and a half minutes (98 s of CPU in 276 s). Their
+  processes start in sessions of their own, so Linux's autogroup scheduling gives each its
+  share beside the workers' whatever the workers' load.
+
+The parallel pass prints as it goes; the serial pass's output is kept and printed when it
+ends. The exit status is non-zero when either pass failed (a serial pass that selected no test
+has not failed). ``TEST_WORKERS=0`` runs everything in one process, in collection order.
+With ``COVERAGE=1`` both passes measure branch coverage, their data is combined, and
+scripts/coverage_floors.py checks the floors.
+
+Environment: TEST_WORKERS (default 4), COVERAGE, PYTEST_ARGS (split as a shell would).
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PYTHON = sys.executable
+NO_TESTS_COLLECTED = 5  # pytest's exit status when nothing was selected
+SERIAL_COVERAGE_FILE = ROOT / ".coverage.serial"
+
+
+def pytest(*args: str) -> list[str]:
+    return [PYTHON, "-m", "pytest", *args]
+
+
+def coverage_options(wanted: bool, *, append: bool = False) -> list[str]:
+    if not wanted:
+        return []
+    return ["--cov", "--cov-branch", "--cov-report=", *(["--cov-append"] if append else [])]
+
+
+def main() -> int:
+    workers = int(os.environ.get("TEST_WORKERS") or 4)
+    coverage = bool(os.environ.get("COVERAGE"))
+    extra = shlex.split(os.environ.get("PYTEST_ARGS", ""))
+    if workers == 0:
+        status = subprocess.call(pytest(*coverage_options(coverage), *extra), cwd=ROOT)
+        return status or check_floors(coverage)
+
+    SERIAL_COVERAGE_FILE.unlink(missing_ok=True)
+    serial_env = {**os.environ}
+    if coverage:
+        serial_env["COVERAGE_FILE"] = str(SERIAL_COVERAGE_FILE)
+    with tempfile.TemporaryFile("w+") as serial_log:
+        serial = subprocess.Popen(
+            pytest("--only-serial", *coverage_options(coverage), *extra),
+            cwd=ROOT, env=serial_env, stdout=serial_log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+        try:
+            parallel_status = subprocess.call(
+                pytest("-n", str(workers), "--dist", "loadgroup", *coverage_options(coverage),
+                       *extra),
+                cwd=ROOT,
+            )  # fmt: skip
+            if serial.poll() is None:
+                print("\n=== waiting for the serial pass (tests marked serial)", flush=True)
+            serial_status = serial.wait()
+        finally:
+            if serial.poll() is None:
+                serial.terminate()
+                serial.wait()
+        serial_log.seek(0)
+        print("\n=== the serial pass (tests marked serial), run beside the workers", flush=True)
+        sys.stdout.write(serial_log.read())
+    if serial_status == NO_TESTS_COLLECTED:
+        serial_status = 0
+    failed = [name for name, status in (("parallel", parallel_status), ("serial", serial_status))
+              if status != 0]  # fmt: skip
+    if failed:
+        print(f"\n=== make test failed: the {' and the '.join(failed)} pass", flush=True)
+        return 1
+    if coverage and SERIAL_COVERAGE_FILE.exists():
+        subprocess.run([PYTHON, "-m", "coverage", "combine", "--append",
+                        str(SERIAL_COVERAGE_FILE)], cwd=ROOT, check=True)  # fmt: skip
+    return check_floors(coverage)
+
+
+def check_floors(coverage: bool) -> int:
+    if not coverage:
+        return 0
+    return subprocess.call([PYTHON, "scripts/coverage_floors.py"], cwd=ROOT)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

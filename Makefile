@@ -35,7 +35,7 @@ run: install
 # process. TEST_WORKERS=0 runs them all in this process.
 # COVERAGE=1 adds branch coverage per package and fails under .ci/coverage-floors.json.
 TEST_WORKERS ?= 4
-export TEST_WORKERS COVERAGE PYTEST_ARGS
+export TEST_WORKERS COVERAGE PYTEST_ARGS TEST_SERIAL
 test: export TASKDESK_VAR_DIR ?= $(CURDIR)/var/test
 test: install
 	$(BIN)/python scripts/run_tests.py

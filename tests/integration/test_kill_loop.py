@@ -22,7 +22,7 @@ import pytest
 from tasks_app.models import Effect, Status, Task
 from tasks_app.tools.toolsets.demo.models import DemoRefund
 from tests.integration.worker_helpers import describe, runtime_stack, submit, terminal
-from tests.live import pool_restored, wait_for
+from tests.live import LiveStack, pool_restored, wait_for
 
 pytestmark = [
     pytest.mark.live,
@@ -40,6 +40,22 @@ pytestmark = [
 POOL_KILLS = 100
 MAIN_KILLS = 10
 POOL_RESTART_SECONDS = 60
+STARTED_SECONDS = 1.0
+
+
+def worker_started(stack: LiveStack, ready_before: int) -> None:
+    """Wait until STACK's worker, started after READY_BEFORE "ready." lines of its log, is
+    running. Celery checks that its pool started at the first turn of its loop, just after it
+    logs "ready.": a pool process killed before that ends the worker ("Could not start worker
+    processes"), so the loop is given STARTED_SECONDS to turn; kills of a running worker's
+    pool are what this test is about."""
+    wait_for(
+        "the worker to start",
+        lambda: stack.log("worker").count(" ready.") > ready_before,
+        timeout=60,
+        every=0.2,
+    )
+    time.sleep(STARTED_SECONDS)
 
 
 def test_a_hundred_pool_kills_and_ten_main_process_kills_stall_nothing_and_refund_once(
@@ -52,6 +68,7 @@ def test_a_hundred_pool_kills_and_ten_main_process_kills_stall_nothing_and_refun
     pool_kills = {"busy": 0, "idle": 0}
     with runtime_stack(settings, **env) as stack:
         try:
+            worker_started(stack, 0)
             main_every = POOL_KILLS // MAIN_KILLS
             for i in range(POOL_KILLS):
                 tasks.append(
@@ -81,12 +98,7 @@ def test_a_hundred_pool_kills_and_ten_main_process_kills_stall_nothing_and_refun
                     dead_mains.append(main)
                     ready = stack.log("worker").count(" ready.")
                     stack.start_worker()
-                    wait_for(
-                        "the worker to start again",
-                        lambda ready=ready: stack.log("worker").count(" ready.") > ready,  # type: ignore[misc]
-                        timeout=60,
-                        every=0.2,
-                    )
+                    worker_started(stack, ready)
             # No stall: a task submitted after the loop runs at once.
             last = submit(alice, "refund_payment", payment_id="last", amount_cents=100, reason="k")
             terminal(last, timeout=60)

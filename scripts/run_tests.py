@@ -6,16 +6,14 @@
   run`, the broker outage), one after another in one process. Their deadlines do not allow a
   worker's share of the machine beside three other workers, but they use about a third of a
   core on average and wait for their processes the rest of the time: run after the workers,
-  they left the machine mostly idle for four and a half minutes (98 s of CPU in 276 s). Their
-  processes start in sessions of their own, so Linux's autogroup scheduling gives each its
-  share beside the workers' whatever the workers' load.
+  they left the machine mostly idle for four and a half minutes (98 s of CPU in 276 s).
 
 The parallel pass prints as it goes; the serial pass's output is kept and printed when it
 ends. The exit status is non-zero when either pass failed (a serial pass that selected no test
 has not failed). ``TEST_WORKERS=0`` runs everything in one process, in collection order.
-With ``COVERAGE=1`` both passes measure branch coverage, their data is combined, and
-scripts/coverage_floors.py checks the floors. ``TEST_SERIAL=after`` runs the serial pass after
-the workers instead (CI's run with coverage on PostgreSQL, where the tracer slows the workers
+With ``COVERAGE=1`` both passes measure branch coverage (the serial pass into
+.coverage.serial), their data is combined, and scripts/coverage_floors.py checks the floors.
+``TEST_SERIAL=after`` runs the serial pass after the workers instead (CI's run with coverage on PostgreSQL, where the tracer slows the workers
 and a lease-timed outage test lost a lease beside them).
 
 Environment: TEST_WORKERS (default 4), COVERAGE, PYTEST_ARGS (split as a shell would),
@@ -41,10 +39,8 @@ def pytest(*args: str) -> list[str]:
     return [PYTHON, "-m", "pytest", *args]
 
 
-def coverage_options(wanted: bool, *, append: bool = False) -> list[str]:
-    if not wanted:
-        return []
-    return ["--cov", "--cov-branch", "--cov-report=", *(["--cov-append"] if append else [])]
+def coverage_options(wanted: bool) -> list[str]:
+    return ["--cov", "--cov-branch", "--cov-report="] if wanted else []
 
 
 def main() -> int:
@@ -55,42 +51,18 @@ def main() -> int:
         status = subprocess.call(pytest(*coverage_options(coverage), *extra), cwd=ROOT)
         return status or check_floors(coverage)
 
-    SERIAL_COVERAGE_FILE.unlink(missing_ok=True)
-    if os.environ.get("TEST_SERIAL", "beside") == "after":
-        status = subprocess.call(
-            pytest("-n", str(workers), "--dist", "loadgroup", *coverage_options(coverage), *extra),
-            cwd=ROOT,
-        )
-        serial_status = subprocess.call(
-            pytest("--only-serial", *coverage_options(coverage, append=True), *extra), cwd=ROOT
-        )
-        if status or serial_status not in (0, NO_TESTS_COLLECTED):
-            return 1
-        return check_floors(coverage)
+    parallel = pytest("-n", str(workers), "--dist", "loadgroup", *coverage_options(coverage),
+                      *extra)  # fmt: skip
+    serial = pytest("--only-serial", *coverage_options(coverage), *extra)
     serial_env = {**os.environ}
     if coverage:
         serial_env["COVERAGE_FILE"] = str(SERIAL_COVERAGE_FILE)
-    with tempfile.TemporaryFile("w+") as serial_log:
-        serial = subprocess.Popen(
-            pytest("--only-serial", *coverage_options(coverage), *extra),
-            cwd=ROOT, env=serial_env, stdout=serial_log, stderr=subprocess.STDOUT,
-        )  # fmt: skip
-        try:
-            parallel_status = subprocess.call(
-                pytest("-n", str(workers), "--dist", "loadgroup", *coverage_options(coverage),
-                       *extra),
-                cwd=ROOT,
-            )  # fmt: skip
-            if serial.poll() is None:
-                print("\n=== waiting for the serial pass (tests marked serial)", flush=True)
-            serial_status = serial.wait()
-        finally:
-            if serial.poll() is None:
-                serial.terminate()
-                serial.wait()
-        serial_log.seek(0)
-        print("\n=== the serial pass (tests marked serial), run beside the workers", flush=True)
-        sys.stdout.write(serial_log.read())
+    SERIAL_COVERAGE_FILE.unlink(missing_ok=True)
+    if os.environ.get("TEST_SERIAL", "beside") == "after":
+        parallel_status = subprocess.call(parallel, cwd=ROOT)
+        serial_status = subprocess.call(serial, cwd=ROOT, env=serial_env)
+    else:
+        parallel_status, serial_status = side_by_side(parallel, serial, serial_env)
     if serial_status == NO_TESTS_COLLECTED:
         serial_status = 0
     failed = [name for name, status in (("parallel", parallel_status), ("serial", serial_status))
@@ -102,6 +74,29 @@ def main() -> int:
         subprocess.run([PYTHON, "-m", "coverage", "combine", "--append",
                         str(SERIAL_COVERAGE_FILE)], cwd=ROOT, check=True)  # fmt: skip
     return check_floors(coverage)
+
+
+def side_by_side(
+    parallel: list[str], serial: list[str], serial_env: dict[str, str]
+) -> tuple[int, int]:
+    """Run SERIAL in the background, its output kept, while PARALLEL prints; then print
+    SERIAL's output. Return both exit statuses."""
+    with tempfile.TemporaryFile("w+") as serial_log:
+        running = subprocess.Popen(serial, cwd=ROOT, env=serial_env, stdout=serial_log,
+                                   stderr=subprocess.STDOUT)  # fmt: skip
+        try:
+            parallel_status = subprocess.call(parallel, cwd=ROOT)
+            if running.poll() is None:
+                print("\n=== waiting for the serial pass (tests marked serial)", flush=True)
+            serial_status = running.wait()
+        finally:
+            if running.poll() is None:
+                running.terminate()
+                running.wait()
+        serial_log.seek(0)
+        print("\n=== the serial pass (tests marked serial), run beside the workers", flush=True)
+        sys.stdout.write(serial_log.read())
+    return parallel_status, serial_status
 
 
 def check_floors(coverage: bool) -> int:

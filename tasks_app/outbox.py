@@ -229,7 +229,7 @@ class Attempt:
 def record(attempts: Sequence[Attempt], *, now: datetime) -> None:
     """In one transaction: a ``DeliveryAttempt`` row for each of ATTEMPTS (each of another
     message), each message's attempt count and last error, and the messages of the attempts
-    that succeeded delivered at NOW. A batch that succeeded is three statements."""
+    that succeeded delivered at NOW. A batch that succeeded is two statements."""
     if not attempts:
         return
     with transaction.atomic():

@@ -359,7 +359,8 @@ def body_of(message: OutboxMessage, data: dict[str, Any]) -> str:
 def _sendable(messages: list[OutboxMessage], now: datetime) -> list[OutboxMessage]:
     """MESSAGES (taken with ``outbox.claim``, of one endpoint) that may be sent, each with
     the body all its deliveries send (built and kept at the first attempt, for the batch
-    in one read of the tasks and one write); the others are given up."""
+    from one read of the tasks, kept by one write and read back by one read); the others are
+    given up."""
     endpoint = messages[0].endpoint
     if endpoint is None or not endpoint.enabled:
         for message in messages:
@@ -381,8 +382,8 @@ def _sendable(messages: list[OutboxMessage], now: datetime) -> list[OutboxMessag
 def _send_in_turn(messages: list[OutboxMessage], held_until: float, threaded: bool) -> int:
     """Send one endpoint's MESSAGES one after the other over one connection while the lease
     holds; return how many were delivered. Attempts are recorded together at the end (a
-    failed one at once, with those before it), so a batch that succeeds costs three
-    statements besides its bodies."""
+    failed one at once, with those before it), so a batch that succeeds costs the same
+    statements whatever its size."""
     attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
     sent = 0
     try:

@@ -17,7 +17,6 @@ class TasksAppConfig(AppConfig):
 
         from tasks_app import tracing, webhooks
         from tasks_app.mcp import checks  # noqa: F401 - registers the system checks
-        from tasks_app.mcp.handlers.tasks import task_as_got
         from tasks_app.tools.registry import ToolDefinitionError, load_toolsets
 
         # A toolset that cannot be served stops start-up (web, worker, beat, commands) here,
@@ -32,7 +31,16 @@ class TasksAppConfig(AppConfig):
 
         post_migrate.connect(_create_cache_table, sender=self)
         # A webhook's data is the task as tasks/get returns it.
-        webhooks.describe_tasks_with(task_as_got)
+        webhooks.describe_tasks_with(_task_as_got)
+
+
+def _task_as_got(task: Any) -> dict[str, Any]:
+    """tasks/get's result for TASK, from the protocol layer, imported at the first webhook
+    rather than in ready(): every process sets the apps up (beat, each command), and the
+    handlers are a fifth of what that imports."""
+    from tasks_app.mcp.handlers.tasks import task_as_got
+
+    return task_as_got(task)
 
 
 def _create_cache_table(*, using: str = "default", **kwargs: Any) -> None:

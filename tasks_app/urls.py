@@ -1,13 +1,14 @@
 from __future__ import annotations
 
-from django.urls import path
+from django.urls import path, re_path
 
 from tasks_app import views
-from tasks_app.console import actions, deliveries, task_list, task_page
+from tasks_app.console import actions, deliveries, export, task_list, task_page
 
 urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
     path("tasks/", task_list.task_list, name="task_list"),
+    re_path(r"^tasks/export\.(?P<fmt>csv|jsonl)$", export.task_export, name="task_export"),
     path("tasks/<str:task_id>/", task_page.task_detail, name="task_detail"),
     path("tasks/<str:task_id>/cancel/", actions.task_cancel, name="task_cancel"),
     path(

@@ -103,6 +103,8 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
             if page.newer
             else "",
             "first_url": url("task_list", filters.query()) if cursor else "",
+            "csv_url": url("task_export", filters.query(), "csv"),
+            "jsonl_url": url("task_export", filters.query(), "jsonl"),
             "from_list": urlencode(here),
             "sort_label": listing.SORTS[filters.sort].label,
             "exact_up_to": listing.COUNT_EXACT_UP_TO,

@@ -12,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterable, Iterator
-from datetime import datetime
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
@@ -23,26 +22,8 @@ from django.views.decorators.http import require_GET
 from elicitations.selectors import overdue_task_ids
 from tasks_app import listing, selectors
 from tasks_app.listing import Outcome, TaskFilters
-from tasks_app.models import Status, Task
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
-COLUMNS = (
-    "id",
-    "tool",
-    "client",
-    "status",
-    "outcome",
-    "status_message",
-    "created_at",
-    "finished_at",
-    "duration_seconds",
-    "idempotency_key",
-    "era",
-    "legs",
-)
-# The columns read for them (no arguments, results or errors: JSON not exported).
-FIELDS = ("id", "tool_name", "client__name", "status", "status_message", "created_at",
-          "finished_at", "is_error", "idempotency_key", "era", "leg")  # fmt: skip
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): such a
 # text cell gets a leading apostrophe in the CSV. JSON Lines keeps every value as it is.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
@@ -67,46 +48,14 @@ def task_export(request: HtmxHttpRequest, fmt: str) -> HttpResponseBase:
         selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
     )
     tasks = listing.tasks_for_export(user=request.user, filters=filters, attention=attention,
-                                     unknown_effects=unknown, fields=FIELDS)  # fmt: skip
-    records = (record_of(task) for task in tasks)
+                                     unknown_effects=unknown, fields=listing.RECORD_FIELDS)  # fmt: skip
+    records = (listing.task_record(task) for task in tasks)
     lines = csv_lines(records) if fmt == "csv" else jsonl_lines(records)
     response = StreamingHttpResponse(chunks(lines, CHUNK_CHARACTERS), content_type=FORMATS[fmt])
     stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
     response["Content-Disposition"] = f'attachment; filename="tasks-{stamp}.{fmt}"'
     response["Cache-Control"] = "no-store"
     return response
-
-
-def record_of(task: Task) -> dict[str, Any]:
-    """One exported row: what the list shows of TASK, with full times and its key."""
-    return {
-        "id": task.pk,
-        "tool": task.tool_name,
-        "client": task.client.name,
-        "status": task.status,
-        "outcome": _outcome(task),
-        "status_message": task.status_message,
-        "created_at": _iso(task.created_at),
-        "finished_at": _iso(task.finished_at),
-        "duration_seconds": (
-            round((task.finished_at - task.created_at).total_seconds(), 3)
-            if task.finished_at
-            else None
-        ),
-        "idempotency_key": task.idempotency_key or "",
-        "era": task.era,
-        "legs": task.leg,
-    }
-
-
-def _outcome(task: Task) -> str:
-    if task.status != Status.COMPLETED:
-        return ""
-    return Outcome.TOOL_ERROR if task.is_error else Outcome.OK
-
-
-def _iso(moment: datetime | None) -> str | None:
-    return moment.isoformat() if moment else None
 
 
 class _Line:
@@ -118,9 +67,9 @@ class _Line:
 
 def csv_lines(records: Iterable[dict[str, Any]]) -> Iterator[str]:
     writer = csv.writer(_Line())
-    yield writer.writerow(COLUMNS)
+    yield writer.writerow(listing.RECORD_COLUMNS)
     for record in records:
-        yield writer.writerow([_cell(record[name]) for name in COLUMNS])
+        yield writer.writerow([_cell(record[name]) for name in listing.RECORD_COLUMNS])
 
 
 def _cell(value: Any) -> Any:

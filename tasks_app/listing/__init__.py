@@ -319,11 +319,13 @@ def task_page_for_operator(
     unknown_effects: Iterable[str] = (),
     size: int | None = None,
     fields: tuple[str, ...] = (),
+    tenant: str = "",
 ) -> TaskPage:
     """One page of the tasks USER may see, in the filters' sort, SIZE rows (PAGE_SIZE unless
     given), read by keyset from CURSOR. ATTENTION: ``attention_filter(...)``, used when the filters ask for it;
     UNKNOWN_EFFECTS: ``unknown_effect_task_ids()``, when they ask for that outcome; FIELDS:
-    the only columns to read (the sort's among them) when there is no search, rather than all."""
+    the only columns to read (the sort's among them) when there is no search, rather than all;
+    TENANT: a tenant's slug, to list only its tasks."""
     size = size or PAGE_SIZE
     sort = SORTS[filters.sort]
     if cursor is not None and cursor.sort != sort.name:
@@ -332,6 +334,8 @@ def task_page_for_operator(
     visible = tasks_visible_to(user).select_related(None).select_related("client")
     if fields and not filters.q:  # a search's statement on PostgreSQL reads every column
         visible = visible.only(*fields)
+    if tenant:
+        visible = visible.filter(client__tenant__slug=tenant)
     search = search_filter(user=user, q=filters.q) if filters.q else None
     qs = _filtered(visible, filters, attention=attention, unknown_effects=unknown_effects)
     if sort.uses_duration:
@@ -374,19 +378,74 @@ def tasks_for_export(
     attention: Q | None = None,
     unknown_effects: Iterable[str] = (),
     fields: tuple[str, ...] = (),
+    tenant: str = "",
 ) -> Iterator[Task]:
     """Every task of the list FILTERS make for USER, in its order: read by keyset,
     EXPORT_BATCH at a time, as the caller takes them (an export of a million tasks holds one
-    batch); FIELDS as for ``task_page_for_operator``."""
+    batch); FIELDS and TENANT as for ``task_page_for_operator``."""
     cursor = None
     while True:
         page = task_page_for_operator(user=user, filters=filters, cursor=cursor,
                                       attention=attention, unknown_effects=unknown_effects,
-                                      size=EXPORT_BATCH, fields=fields)  # fmt: skip
+                                      size=EXPORT_BATCH, fields=fields, tenant=tenant)  # fmt: skip
         yield from page.tasks
         if page.older is None:
             return
         cursor = page.older
+
+
+# The columns of task_record.
+RECORD_COLUMNS = (
+    "id",
+    "tool",
+    "client",
+    "status",
+    "outcome",
+    "status_message",
+    "created_at",
+    "finished_at",
+    "duration_seconds",
+    "idempotency_key",
+    "era",
+    "legs",
+)
+
+# The columns task_record reads.
+RECORD_FIELDS = ("id", "tool_name", "client__name", "status", "status_message", "created_at",
+                 "finished_at", "is_error", "idempotency_key", "era", "leg")  # fmt: skip
+
+
+def task_record(task: Task) -> dict[str, Any]:
+    """TASK as an export's row and `manage.py tasks` print it: what the list shows, with
+    full times and its key (RECORD_COLUMNS, read from RECORD_FIELDS)."""
+    return {
+        "id": task.pk,
+        "tool": task.tool_name,
+        "client": task.client.name,
+        "status": task.status,
+        "outcome": _outcome(task),
+        "status_message": task.status_message,
+        "created_at": _iso(task.created_at),
+        "finished_at": _iso(task.finished_at),
+        "duration_seconds": (
+            round((task.finished_at - task.created_at).total_seconds(), 3)
+            if task.finished_at
+            else None
+        ),
+        "idempotency_key": task.idempotency_key or "",
+        "era": task.era,
+        "legs": task.leg,
+    }
+
+
+def _outcome(task: Task) -> str:
+    if task.status != Status.COMPLETED:
+        return ""
+    return Outcome.TOOL_ERROR if task.is_error else Outcome.OK
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return moment.isoformat() if moment else None
 
 
 def _cursor(sort: Sort, row: tuple[int, Task], *, older: bool) -> ListCursor:

@@ -53,7 +53,7 @@ def test_the_csv_has_the_lists_rows_in_its_order_with_a_header(client, viewer, a
     assert response["Content-Disposition"].startswith('attachment; filename="tasks-')
     assert response["Content-Disposition"].endswith('.csv"')
     text = body(response)
-    assert text.splitlines()[0] == ",".join(export.COLUMNS)
+    assert text.splitlines()[0] == ",".join(listing.RECORD_COLUMNS)
     rows = csv_rows(text)
     listed = ids_in(client.get("/tasks/").content.decode())
     assert [row["id"] for row in rows] == listed == [done.pk, older.pk]

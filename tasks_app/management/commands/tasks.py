@@ -1,0 +1,149 @@
+"""`manage.py tasks list|show|cancel`: the console's task list and cancel from a shell.
+
+The filters are the list's query keys (``--status``, ``--outcome``, ``--tool``, ``--client``,
+``--q``, ``--from``, ``--to``, ``--attention``, ``--sort``), checked and applied by the same
+code as /tasks/, plus ``--tenant`` (a tenant's slug). Whoever runs manage.py holds the
+database's credentials, so the shell sees every tenant, as a superuser does on the pages; a
+cancellation is recorded in the task's timeline as the operator ``manage.py`` (or ``--actor``).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from itertools import islice
+from typing import Any
+
+from django.contrib.auth.models import User
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from elicitations.selectors import overdue_task_ids
+from tasks_app import listing, selectors, transitions
+from tasks_app.listing import Outcome, TaskFilters
+from tasks_app.models import Actor, Task, Tenant
+
+# The list's query keys, as options (``--from`` is ``created_from`` inside).
+FILTER_KEYS = ("status", "outcome", "tool", "client", "q", "from", "to", "sort")
+SAMPLE = 10  # the ids a dry run or a cancellation names
+
+
+class Command(BaseCommand):
+    help = "List, show and cancel tasks, with the filters of the console's task list."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        verbs = parser.add_subparsers(dest="verb", required=True, metavar="list|show|cancel")
+        listing_ = verbs.add_parser("list", help="the tasks the filters match, newest first")
+        _filters(listing_)
+        listing_.add_argument("--limit", type=int, default=50, help="at most this many (0: all)")
+        show = verbs.add_parser("show", help="one task, with its arguments, result and effects")
+        show.add_argument("task_id")
+        show.add_argument("--json", action="store_true", help="one JSON object")
+        cancel = verbs.add_parser("cancel", help="request cancellation of every matching task")
+        _filters(cancel)
+        cancel.add_argument("--dry-run", action="store_true", help="count, cancel nothing")
+        cancel.add_argument("--actor", default="manage.py", help="who the timeline names")
+
+    def handle(self, *args: Any, verb: str, **options: Any) -> None:
+        if verb == "show":
+            self._show(options["task_id"], as_json=options["json"])
+            return
+        tasks = _matching(options)
+        if verb == "list":
+            limit = options["limit"]
+            self._list(tasks if limit <= 0 else islice(tasks, limit), as_json=options["json"])
+        else:
+            self._cancel(tasks, dry_run=options["dry_run"], actor=options["actor"],
+                         as_json=options["json"])  # fmt: skip
+
+    def _list(self, tasks: Iterator[Task], *, as_json: bool) -> None:
+        for task in tasks:
+            record = listing.task_record(task)
+            if as_json:
+                self.stdout.write(json.dumps(record, ensure_ascii=False))
+            else:
+                self.stdout.write(
+                    f"{record['id']}  {record['tool']:<20} {record['client']:<16} "
+                    f"{record['status']:<15} {record['created_at']}  {record['status_message']}"
+                )
+
+    def _show(self, task_id: str, *, as_json: bool) -> None:
+        task = Task.objects.select_related("client").filter(pk=task_id).first()
+        if task is None:
+            raise CommandError(f"no task {task_id!r}")
+        record = {
+            **listing.task_record(task),
+            "arguments": task.arguments,
+            "result": task.result,
+            "effects": [
+                {"name": name, "target": target, "state": state}
+                for name, target, state in task.effects.order_by("seq").values_list(
+                    "name", "target", "state"
+                )
+            ],
+        }
+        if as_json:
+            self.stdout.write(json.dumps(record, ensure_ascii=False))
+            return
+        for name, value in record.items():
+            shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+            self.stdout.write(f"{name + ':':<18}{shown}")
+
+    def _cancel(self, tasks: Iterator[Task], *, dry_run: bool, actor: str, as_json: bool) -> None:
+        matched = requested = ended = 0
+        sample: list[str] = []
+        for task in tasks:
+            matched += 1
+            if len(sample) < SAMPLE:
+                sample.append(task.pk)
+            if task.is_terminal:
+                ended += 1
+            elif not dry_run:
+                transitions.request_cancel(task_id=task.pk, actor_type=Actor.OPERATOR, actor=actor)
+                requested += 1
+        would = matched - ended
+        report = {
+            "dry_run": dry_run,
+            "matched": matched,
+            "cancel_requested": would if dry_run else requested,
+            "already_ended": ended,
+            "first": sample,
+        }
+        if as_json:
+            self.stdout.write(json.dumps(report))
+            return
+        verb = "would request cancellation of" if dry_run else "requested cancellation of"
+        self.stdout.write(
+            f"{matched} tasks matched: {verb} {report['cancel_requested']}, "
+            f"{ended} had already ended."
+        )
+
+
+def _filters(parser: CommandParser) -> None:
+    parser.add_argument("--tenant", default="", help="only this tenant's tasks (its slug)")
+    for key in FILTER_KEYS:
+        parser.add_argument(f"--{key}", default="", help=f"as ?{key}= on /tasks/")
+    parser.add_argument("--attention", action="store_true", help="as ?attention=1")
+    parser.add_argument("--json", action="store_true", help="JSON (a line per task for list)")
+
+
+def _matching(options: dict[str, Any]) -> Iterator[Task]:
+    """The tasks the options' filters match, in their order, read in batches."""
+    if options["tenant"] and not Tenant.objects.filter(slug=options["tenant"]).exists():
+        raise CommandError(f"no tenant {options['tenant']!r}")
+    query = {key: options[key] for key in FILTER_KEYS if options[key]}
+    if options["attention"]:
+        query["attention"] = "1"
+    filters = TaskFilters.from_query(query)
+    if filters.errors:
+        raise CommandError(" ".join(filters.errors))
+    unknown = (
+        selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
+    )
+    return listing.tasks_for_export(
+        user=User(is_superuser=True, is_active=True),  # every tenant, as the docstring says
+        filters=filters,
+        attention=selectors.attention_filter(overdue_task_ids=overdue_task_ids()),
+        unknown_effects=unknown,
+        fields=listing.RECORD_FIELDS,
+        tenant=options["tenant"],
+    )

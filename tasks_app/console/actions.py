@@ -15,8 +15,6 @@ from tasks_app.console.task_page import task_page
 from tasks_app.models import Actor, Effect, EffectState, Task
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
-NOTE_MAX = 1000
-
 
 @require_http_methods(["GET", "POST"])
 @operator_login_required
@@ -60,7 +58,7 @@ def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> 
     except selectors.NotPermitted:
         raise PermissionDenied("Your role does not allow reconciling effects.") from None
     happened = {"yes": True, "no": False}.get(request.POST.get("happened", ""))
-    note = request.POST.get("note", "").strip()[:NOTE_MAX]
+    note = request.POST.get("note", "").strip()[: runtime.RECONCILE_NOTE_MAX]
     if not note:
         error = "A note is required: write what you checked and what you found."
         return _reconcile_form(request, effect, note, error=error)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from tasks_app.runtime.context import TaskContext
 from tasks_app.runtime.draining import run_waiting_legs
 from tasks_app.runtime.effects import (
+    RECONCILE_NOTE_MAX,
     NotReconcilable,
     downstream_key,
     mark_unknown_intended_of_finished,
@@ -23,6 +24,7 @@ from tasks_app.runtime.legs import LegOutcome, job_time_limit, run_leg
 from tasks_app.runtime.retries import dispatch_due_retries
 
 __all__ = [
+    "RECONCILE_NOTE_MAX",
     "LegOutcome",
     "NotReconcilable",
     "TaskContext",

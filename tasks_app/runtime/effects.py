@@ -467,6 +467,10 @@ class NotReconcilable(ValueError):
     """Only an ``unknown`` effect can be reconciled."""
 
 
+# The longest note a reconciliation keeps (the task page's form and `manage.py tasks settle`).
+RECONCILE_NOTE_MAX = 1000
+
+
 def reconcile_effect(
     *, effect_id: int, happened: bool, user: AbstractBaseUser, note: str = ""
 ) -> Effect:

@@ -1,5 +1,6 @@
-"""`manage.py tasks list|show|cancel`: the list's filters from a shell, a tenant's tasks only
-when asked, a dry run that changes nothing, cancellations in the timeline."""
+"""`manage.py tasks list|show|cancel|settle`: the list's filters from a shell, a tenant's tasks only
+when asked, a dry run that changes nothing, cancellations and settled effects in the
+timeline."""
 
 from __future__ import annotations
 
@@ -62,7 +63,7 @@ def test_show_prints_the_task_its_arguments_and_effects(alice) -> None:
     shown = json.loads(run("show", task.pk, "--json"))
     assert shown["id"] == task.pk and shown["arguments"] == {"text": "hi"}
     assert shown["effects"] == [
-        {"name": "send_notice", "target": "ops@example.com", "state": "unknown"}
+        {"seq": 1, "name": "send_notice", "target": "ops@example.com", "state": "unknown"}
     ]
     assert f"id:               {task.pk}" in run("show", task.pk)
     with pytest.raises(CommandError, match="no task 'missing'"):
@@ -108,4 +109,46 @@ def test_the_command_line_says_what_it_does() -> None:
         [sys.executable, "manage.py", "tasks", "--help"], capture_output=True, text=True
     )
     assert done.returncode == 0, done.stderr
-    assert "list|show|cancel" in done.stdout
+    assert "list|show|cancel|settle" in done.stdout
+
+
+def unknown_effect(task: Task, seq: int = 1, name: str = "send_notice") -> Effect:
+    return Effect.objects.create(task=task, seq=seq, name=name, target="ops@example.com",
+                                 downstream_key=f"{task.pk}-{seq}", state="unknown")  # fmt: skip
+
+
+def test_settle_records_the_decision_as_the_page_does(alice) -> None:
+    ended = make(alice, status=Status.FAILED)
+    first, second = unknown_effect(ended, 1), unknown_effect(ended, 2, name="refund")
+
+    said = run("settle", ended.pk, "send_notice", "--happened", "yes", "--note", "in the outbox",
+               "--actor", "ops-olga")  # fmt: skip
+    run("settle", ended.pk, "2", "--happened", "no", "--note", "the provider has no refund")
+
+    assert said.strip() == f"Recorded that send_notice (1) of {ended.pk} happened."
+    first.refresh_from_db()
+    second.refresh_from_db()
+    assert (first.state, first.detail["reconciled"]["by"]) == ("confirmed", "ops-olga")
+    assert first.detail["reconciled"]["note"] == "in the outbox"
+    # No leg will run a finished task again: "did not happen" settles it as failed.
+    assert (second.state, second.detail["reconciled"]["by"]) == ("failed", "manage.py")
+    kinds = list(ended.events.values_list("kind", "actor"))
+    assert (EventKind.EFFECT_RECONCILED, "ops-olga") in kinds
+    assert (EventKind.EFFECT_RECONCILED, "manage.py") in kinds
+    with pytest.raises(CommandError, match="only an unknown effect can be reconciled"):
+        run("settle", ended.pk, "1", "--happened", "no", "--note", "changed my mind")
+
+
+def test_settle_refuses_what_it_cannot_tell_apart_or_find(alice) -> None:
+    task = make(alice, status=Status.COMPLETED)
+    unknown_effect(task, 1)
+    unknown_effect(task, 2)
+    with pytest.raises(
+        CommandError, match="2 unknown effects named 'send_notice': give one of 1, 2"
+    ):
+        run("settle", task.pk, "send_notice", "--happened", "yes", "--note", "checked")
+    with pytest.raises(CommandError, match="no effect '7' of task"):
+        run("settle", task.pk, "7", "--happened", "yes", "--note", "checked")
+    with pytest.raises(CommandError, match="a note is required"):
+        run("settle", task.pk, "1", "--happened", "yes", "--note", "  ")
+    assert set(Effect.objects.values_list("state", flat=True)) == {"unknown"}

@@ -1,10 +1,12 @@
-"""`manage.py tasks list|show|cancel`: the console's task list and cancel from a shell.
+"""`manage.py tasks list|show|cancel|settle`: the console's task list, cancel and the
+settling of an unknown effect, from a shell.
 
 The filters are the list's query keys (``--status``, ``--outcome``, ``--tool``, ``--client``,
 ``--q``, ``--from``, ``--to``, ``--attention``, ``--sort``), checked and applied by the same
 code as /tasks/, plus ``--tenant`` (a tenant's slug). Whoever runs manage.py holds the
 database's credentials, so the shell sees every tenant, as a superuser does on the pages; a
-cancellation is recorded in the task's timeline as the operator ``manage.py`` (or ``--actor``).
+cancellation or a settled effect is recorded in the task's timeline as the operator
+``manage.py`` (or ``--actor``).
 """
 
 from __future__ import annotations
@@ -18,9 +20,9 @@ from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from elicitations.selectors import overdue_task_ids
-from tasks_app import listing, selectors, transitions
+from tasks_app import listing, runtime, selectors, transitions
 from tasks_app.listing import Outcome, TaskFilters
-from tasks_app.models import Actor, Task, Tenant
+from tasks_app.models import Actor, Effect, EffectState, Task, Tenant
 
 # The list's query keys, as options (``--from`` is ``created_from`` inside).
 FILTER_KEYS = ("status", "outcome", "tool", "client", "q", "from", "to", "sort")
@@ -31,7 +33,7 @@ class Command(BaseCommand):
     help = "List, show and cancel tasks, with the filters of the console's task list."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        verbs = parser.add_subparsers(dest="verb", required=True, metavar="list|show|cancel")
+        verbs = parser.add_subparsers(dest="verb", required=True, metavar="list|show|cancel|settle")
         listing_ = verbs.add_parser("list", help="the tasks the filters match, newest first")
         _filters(listing_)
         listing_.add_argument("--limit", type=int, default=50, help="at most this many (0: all)")
@@ -42,10 +44,22 @@ class Command(BaseCommand):
         _filters(cancel)
         cancel.add_argument("--dry-run", action="store_true", help="count, cancel nothing")
         cancel.add_argument("--actor", default="manage.py", help="who the timeline names")
+        settle = verbs.add_parser(
+            "settle", help="say whether an unknown effect happened, as the task page's form does"
+        )
+        settle.add_argument("task_id")
+        settle.add_argument("effect", help="the effect's number (seq, in show) or its name")
+        settle.add_argument("--happened", required=True, choices=["yes", "no"])
+        settle.add_argument("--note", required=True, help="what you checked and what you found")
+        settle.add_argument("--actor", default="manage.py", help="who the timeline names")
 
     def handle(self, *args: Any, verb: str, **options: Any) -> None:
         if verb == "show":
             self._show(options["task_id"], as_json=options["json"])
+            return
+        if verb == "settle":
+            self._settle(options["task_id"], options["effect"], happened=options["happened"],
+                         note=options["note"], actor=options["actor"])  # fmt: skip
             return
         tasks = _matching(options)
         if verb == "list":
@@ -75,9 +89,9 @@ class Command(BaseCommand):
             "arguments": task.arguments,
             "result": task.result,
             "effects": [
-                {"name": name, "target": target, "state": state}
-                for name, target, state in task.effects.order_by("seq").values_list(
-                    "name", "target", "state"
+                {"seq": seq, "name": name, "target": target, "state": state}
+                for seq, name, target, state in task.effects.order_by("seq").values_list(
+                    "seq", "name", "target", "state"
                 )
             ],
         }
@@ -116,6 +130,35 @@ class Command(BaseCommand):
             f"{matched} tasks matched: {verb} {report['cancel_requested']}, "
             f"{ended} had already ended."
         )
+
+    def _settle(self, task_id: str, which: str, *, happened: str, note: str, actor: str) -> None:
+        note = note.strip()[: runtime.RECONCILE_NOTE_MAX]
+        if not note:
+            raise CommandError("a note is required: write what you checked and what you found")
+        effect = _effect(task_id, which)
+        try:
+            runtime.reconcile_effect(effect_id=effect.pk, happened=happened == "yes",
+                                     user=User(username=actor), note=note)  # fmt: skip
+        except runtime.NotReconcilable as exc:
+            raise CommandError(str(exc)) from None
+        verdict = "happened" if happened == "yes" else "did not happen"
+        self.stdout.write(f"Recorded that {effect.name} ({effect.seq}) of {task_id} {verdict}.")
+
+
+def _effect(task_id: str, which: str) -> Effect:
+    """Effect WHICH (its seq, or a name only one of the task's unknown effects has) of task
+    TASK_ID."""
+    effects = Effect.objects.filter(task_id=task_id)
+    if which.isdigit():
+        found = list(effects.filter(seq=int(which)))
+    else:
+        found = list(effects.filter(name=which, state=EffectState.UNKNOWN).order_by("seq"))
+    if len(found) > 1:
+        seqs = ", ".join(str(effect.seq) for effect in found)
+        raise CommandError(f"{len(found)} unknown effects named {which!r}: give one of {seqs}")
+    if not found:
+        raise CommandError(f"no effect {which!r} of task {task_id!r} (see: tasks show)")
+    return found[0]
 
 
 def _filters(parser: CommandParser) -> None:

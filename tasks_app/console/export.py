@@ -27,6 +27,8 @@ from tasks_app.operators import HtmxHttpRequest, operator_login_required
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): such a
 # text cell gets a leading apostrophe in the CSV. JSON Lines keeps every value as it is.
 FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+# The columns of free text (the others are times, numbers and fixed words).
+TEXT_COLUMNS = frozenset({"tool", "client", "status_message", "idempotency_key"})
 CHUNK_CHARACTERS = 64 * 1024
 FORMATS = {
     "csv": "text/csv; charset=utf-8",
@@ -66,18 +68,17 @@ class _Line:
 
 
 def csv_lines(records: Iterable[dict[str, Any]]) -> Iterator[str]:
+    """The CSV's lines: the header, then a line per record (None is an empty cell)."""
     writer = csv.writer(_Line())
-    yield writer.writerow(listing.RECORD_COLUMNS)
+    columns = listing.RECORD_COLUMNS
+    texts = [index for index, name in enumerate(columns) if name in TEXT_COLUMNS]
+    yield writer.writerow(columns)
     for record in records:
-        yield writer.writerow([_cell(record[name]) for name in listing.RECORD_COLUMNS])
-
-
-def _cell(value: Any) -> Any:
-    if value is None:
-        return ""
-    if isinstance(value, str) and value.startswith(FORMULA_STARTS):
-        return "'" + value
-    return value
+        row = [record[name] for name in columns]
+        for index in texts:
+            if row[index].startswith(FORMULA_STARTS):
+                row[index] = "'" + row[index]
+        yield writer.writerow(row)
 
 
 def chunks(lines: Iterable[str], size: int) -> Iterator[str]:

@@ -324,7 +324,8 @@ def task_page_for_operator(
     """One page of the tasks USER may see, in the filters' sort, SIZE rows (PAGE_SIZE unless
     given), read by keyset from CURSOR. ATTENTION: ``attention_filter(...)``, used when the filters ask for it;
     UNKNOWN_EFFECTS: ``unknown_effect_task_ids()``, when they ask for that outcome; FIELDS:
-    the only columns to read (the sort's among them) when there is no search, rather than all;
+    the only columns to read (the sort's among them) when there is no search, rather than all,
+    and the client's name as ``client_name``;
     TENANT: a tenant's slug, to list only its tasks."""
     size = size or PAGE_SIZE
     sort = SORTS[filters.sort]
@@ -333,7 +334,8 @@ def task_page_for_operator(
     # The list shows the client's name only: no join to the tenant.
     visible = tasks_visible_to(user).select_related(None).select_related("client")
     if fields and not filters.q:  # a search's statement on PostgreSQL reads every column
-        visible = visible.only(*fields)
+        # The client's name as a column of the row: no Client built for each task.
+        visible = visible.select_related(None).only(*fields).annotate(client_name=CLIENT_NAME)
     if tenant:
         visible = visible.filter(client__tenant__slug=tenant)
     search = search_filter(user=user, q=filters.q) if filters.q else None
@@ -411,8 +413,9 @@ RECORD_COLUMNS = (
 )
 
 # The columns task_record reads.
-RECORD_FIELDS = ("id", "tool_name", "client__name", "status", "status_message", "created_at",
+RECORD_FIELDS = ("id", "tool_name", "client_id", "status", "status_message", "created_at",
                  "finished_at", "is_error", "idempotency_key", "era", "leg")  # fmt: skip
+CLIENT_NAME = F("client__name")
 
 
 def task_record(task: Task) -> dict[str, Any]:
@@ -421,7 +424,7 @@ def task_record(task: Task) -> dict[str, Any]:
     return {
         "id": task.pk,
         "tool": task.tool_name,
-        "client": task.client.name,
+        "client": getattr(task, "client_name", None) or task.client.name,
         "status": task.status,
         "outcome": _outcome(task),
         "status_message": task.status_message,

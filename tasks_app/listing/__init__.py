@@ -322,20 +322,21 @@ def task_page_for_operator(
     tenant: str = "",
 ) -> TaskPage:
     """One page of the tasks USER may see, in the filters' sort, SIZE rows (PAGE_SIZE unless
-    given), read by keyset from CURSOR. ATTENTION: ``attention_filter(...)``, used when the filters ask for it;
-    UNKNOWN_EFFECTS: ``unknown_effect_task_ids()``, when they ask for that outcome; FIELDS:
-    the only columns to read (the sort's among them) when there is no search, rather than all,
-    and the client's name as ``client_name``;
-    TENANT: a tenant's slug, to list only its tasks."""
+    given), read by keyset from CURSOR. ATTENTION: ``attention_filter(...)``, used when the
+    filters ask for it; UNKNOWN_EFFECTS: ``unknown_effect_task_ids()``, when they ask for that
+    outcome; FIELDS: the only columns to read (the sort's among them), with the client's name
+    as ``client_name``, when there is no search; TENANT: a tenant's slug, to list only its
+    tasks."""
     size = size or PAGE_SIZE
     sort = SORTS[filters.sort]
     if cursor is not None and cursor.sort != sort.name:
         cursor = None  # a cursor of another order: start at the top
-    # The list shows the client's name only: no join to the tenant.
-    visible = tasks_visible_to(user).select_related(None).select_related("client")
+    visible = tasks_visible_to(user).select_related(None)
     if fields and not filters.q:  # a search's statement on PostgreSQL reads every column
         # The client's name as a column of the row: no Client built for each task.
-        visible = visible.select_related(None).only(*fields).annotate(client_name=CLIENT_NAME)
+        visible = visible.only(*fields).annotate(client_name=CLIENT_NAME)
+    else:
+        visible = visible.select_related("client")  # its name only: no join to the tenant
     if tenant:
         visible = visible.filter(client__tenant__slug=tenant)
     search = search_filter(user=user, q=filters.q) if filters.q else None

@@ -459,6 +459,7 @@ CONTROL_JOBS = (
     "deliver_webhooks_job",
     "remind_input_requests_job",
     "send_notices_job",
+    "bulk_action_job",
 )
 CELERY_TASK_ROUTES = {name: {"queue": TASKDESK_CONTROL_QUEUE} for name in CONTROL_JOBS}
 # Celery's time limits of every job that sets none (the control jobs): past the soft limit the
@@ -556,6 +557,8 @@ TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8, maxi
 TASKDESK_STRICT_ROUTING_HEADERS = env_bool("TASKDESK_STRICT_ROUTING_HEADERS", False)
 TASKDESK_TASK_TTL_SECONDS = env_int("TASKDESK_TASK_TTL_SECONDS", 7 * 24 * 3600, minimum=1)
 TASKDESK_PURGE_GRACE_SECONDS = env_int("TASKDESK_PURGE_GRACE_SECONDS", 24 * 3600, minimum=0)
+# How long the audit log keeps an entry (tasks_app.retention.purge_audit).
+TASKDESK_AUDIT_RETENTION_DAYS = env_int("TASKDESK_AUDIT_RETENTION_DAYS", 365, minimum=1)
 TASKDESK_POLL_INTERVAL_MS = env_int("TASKDESK_POLL_INTERVAL_MS", 1000, minimum=1)
 # The deadline of a question whose tool gives none (elicitations/transitions.py): past it the
 # question is on the dashboard's attention list until the deadline job applies its on-timeout.

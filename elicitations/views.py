@@ -11,6 +11,7 @@ from typing import Any
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.utils import timezone
@@ -21,8 +22,8 @@ from elicitations import notices, selectors, transitions
 from elicitations.forms import ACTION_FIELD, ACTIONS, AnswerForm, answer_summary
 from elicitations.models import Channel, InputRequest
 from elicitations.transitions import AnswerResult
-from tasks_app import operators
-from tasks_app.models import Task
+from tasks_app import audit, operators
+from tasks_app.models import AuditAction, AuditOutcome, Task
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 # Sent with a recorded answer so the inbox list refreshes at once (hx-trigger on the list).
@@ -79,13 +80,15 @@ def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
         if not form.is_valid():
             return _page(request, question, form=form)
         response["content"] = form.content()
-    outcome = transitions.answer(
-        task=question.task,
-        key=question.key,
-        response=response,
-        channel=Channel.INBOX,
-        user=request.user,
-    )
+    with transaction.atomic():
+        outcome = transitions.answer(
+            task=question.task,
+            key=question.key,
+            response=response,
+            channel=Channel.INBOX,
+            user=request.user,
+        )
+        _audit(request, question, action, outcome.outcome)
     if outcome.outcome is AnswerResult.RECORDED:
         return _answered(request, outcome.request or question)
     if outcome.outcome is AnswerResult.ALREADY_ANSWERED:
@@ -95,6 +98,24 @@ def _submit(request: HtmxHttpRequest, question: InputRequest) -> HttpResponse:
             form.add_error(None, error)
         return _page(request, question, form=form)
     raise Http404("No such question in your inbox.")  # refused or gone: as if never there
+
+
+def _audit(
+    request: HtmxHttpRequest, question: InputRequest, action: str, result: AnswerResult
+) -> None:
+    """The audit entry of an answer from the inbox: done when it was recorded; refused when it
+    came too late, did not fit the question or was not allowed (the entry says which)."""
+    done = result is AnswerResult.RECORDED
+    audit.record(
+        audit.Who.of(request),
+        AuditAction.QUESTION_ANSWER,
+        tenant=question.task.client.tenant_id,
+        target=f"question:{question.pk}",
+        outcome=AuditOutcome.DONE if done else AuditOutcome.REFUSED,
+        task=question.task_id,
+        answer=action,
+        **({} if done else {"reason": result.value}),
+    )
 
 
 @require_http_methods(["GET", "POST"])

@@ -16,8 +16,10 @@ from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
 
-from tasks_app import operators, tokens, webhooks
+from tasks_app import audit, operators, tokens, webhooks
 from tasks_app.models import (
+    AuditAction,
+    AuditEntry,
     Client,
     ClientToken,
     Effect,
@@ -79,6 +81,40 @@ class ShownOnce(TenantScoped):
         return TemplateResponse(request, self.shown_once_template, context)
 
 
+class Audited:
+    """Each add, change and delete of a row writes an audit entry (``tasks_app.audit``), in
+    the admin's transaction: AUDIT_ACTIONS maps "add", "change" and "delete" to the action
+    (a missing key: not audited); ``audit_of`` names the row's tenant and target."""
+
+    audit_actions: dict[str, AuditAction] = {}
+
+    def audit_of(self, obj: Any) -> tuple[int | None, str]:
+        raise NotImplementedError
+
+    def audit_action(self, obj: Any, verb: str, message: Any) -> AuditAction | None:
+        return self.audit_actions.get(verb)
+
+    def _audit(self, request: HttpRequest, obj: Any, verb: str, message: Any = "") -> None:
+        action = self.audit_action(obj, verb, message)
+        if action is not None:
+            tenant, target = self.audit_of(obj)
+            audit.record(audit.Who.of(request), action, tenant=tenant, target=target,
+                         via="admin", row=str(obj), change=message)  # fmt: skip
+
+    def log_addition(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        self._audit(request, obj, "add", message)
+        return super().log_addition(request, obj, message)  # type: ignore[misc]
+
+    def log_change(self, request: HttpRequest, obj: Any, message: Any) -> Any:
+        self._audit(request, obj, "change", message)
+        return super().log_change(request, obj, message)  # type: ignore[misc]
+
+    def log_deletions(self, request: HttpRequest, queryset: Any) -> Any:
+        for obj in queryset:
+            self._audit(request, obj, "delete")
+        return super().log_deletions(request, queryset)  # type: ignore[misc]
+
+
 class History:
     """Read-only: rows that change only through transitions."""
 
@@ -111,9 +147,22 @@ class MembershipInline(admin.TabularInline[Membership, Tenant]):
 
 
 @admin.register(Tenant)
-class TenantAdmin(admin.ModelAdmin[Tenant]):
+class TenantAdmin(Audited, admin.ModelAdmin[Tenant]):
     list_display = ["slug", "created_at"]
     inlines = [MembershipInline]
+
+    def audit_of(self, obj: Any) -> tuple[int | None, str]:
+        return obj.pk, f"tenant:{obj.slug}"
+
+    def audit_action(self, obj: Any, verb: str, message: Any) -> AuditAction | None:
+        # A change that adds, changes or removes a membership (a member and their role).
+        touched = [
+            entry
+            for entry in (message if isinstance(message, list) else [])
+            for what in entry.values()
+            if isinstance(what, dict) and what.get("name") == Membership._meta.verbose_name
+        ]
+        return AuditAction.ROLE_CHANGE if touched else None
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         qs = super().get_queryset(request)
@@ -128,7 +177,7 @@ class ClientAdmin(TenantScoped):
 
 
 @admin.register(ClientToken)
-class ClientTokenAdmin(ShownOnce):
+class ClientTokenAdmin(Audited, ShownOnce):
     tenant_path = "client__tenant"
     shown_once_template = "admin/tasks_app/clienttoken/issued.html"
     list_display = ["prefix", "client", "created_at", "revoked_at"]
@@ -154,6 +203,16 @@ class ClientTokenAdmin(ShownOnce):
 
     def shown_once_title(self, obj: Any) -> str:
         return f"New token of {obj.client}"
+
+    def audit_of(self, obj: Any) -> tuple[int | None, str]:
+        return obj.client.tenant_id, f"client:{obj.client_id}"
+
+    def audit_action(self, obj: Any, verb: str, message: Any) -> AuditAction | None:
+        if verb == "add":
+            return AuditAction.TOKEN_CREATE
+        if verb == "delete" or obj.revoked_at is not None:
+            return AuditAction.TOKEN_REVOKE
+        return None
 
 
 class EventInline(History, admin.TabularInline[TaskEvent, Task]):
@@ -252,7 +311,7 @@ class WebhookEndpointForm(forms.ModelForm[WebhookEndpoint]):
 
 
 @admin.register(WebhookEndpoint)
-class WebhookEndpointAdmin(ShownOnce):
+class WebhookEndpointAdmin(Audited, ShownOnce):
     """A client's webhook endpoints. The secret is made on saving a new one and shown once;
     an endpoint disabled after failing for the retry window shows here as such (enable it
     again once the receiver works)."""
@@ -275,3 +334,24 @@ class WebhookEndpointAdmin(ShownOnce):
 
     def shown_once_title(self, obj: Any) -> str:
         return f"Webhook endpoint of {obj.client}"
+
+    audit_actions = {
+        "add": AuditAction.WEBHOOK_ADD,
+        "change": AuditAction.WEBHOOK_CHANGE,
+        "delete": AuditAction.WEBHOOK_REMOVE,
+    }
+
+    def audit_of(self, obj: Any) -> tuple[int | None, str]:
+        return obj.client.tenant_id, f"client:{obj.client_id}"
+
+
+@admin.register(AuditEntry)
+class AuditEntryAdmin(History, admin.ModelAdmin[AuditEntry]):
+    """The audit log, read-only (the console's /audit/ filters and exports it)."""
+
+    list_display = ["at", "actor", "address", "action", "tenant", "target", "outcome"]
+    list_filter = ["action", "outcome"]
+    search_fields = ["actor", "target"]
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        return audit.entries_for(request.user)

@@ -30,6 +30,7 @@ class TasksAppConfig(AppConfig):
         tracing.configure()
 
         post_migrate.connect(_create_cache_table, sender=self)
+        _audit_sign_ins()
         # A webhook's data is the task as tasks/get returns it.
         webhooks.describe_tasks_with(_task_as_got)
 
@@ -41,6 +42,20 @@ def _task_as_got(task: Any) -> dict[str, Any]:
     from tasks_app.mcp.handlers.tasks import task_as_got
 
     return task_as_got(task)
+
+
+def _audit_sign_ins() -> None:
+    """Sign-ins are audited, and the first list after one is the operator's default view."""
+    from axes.signals import user_locked_out
+    from django.contrib.auth import signals
+
+    from tasks_app import audit, saved_views
+
+    signals.user_logged_in.connect(audit.signed_in, dispatch_uid="audit_signed_in")
+    signals.user_logged_out.connect(audit.signed_out, dispatch_uid="audit_signed_out")
+    signals.user_login_failed.connect(audit.sign_in_failed, dispatch_uid="audit_sign_in_failed")
+    user_locked_out.connect(audit.locked_out, dispatch_uid="audit_locked_out")
+    signals.user_logged_in.connect(saved_views.signed_in, dispatch_uid="default_view")
 
 
 def _create_cache_table(*, using: str = "default", **kwargs: Any) -> None:

@@ -16,7 +16,6 @@ the status, for callers who are not logged in and send no metrics token.
 from __future__ import annotations
 
 import os
-from datetime import timedelta
 from typing import Any
 
 from django.conf import settings
@@ -84,13 +83,19 @@ def check_workers(*, required: bool = False) -> dict[str, Any]:
     return out
 
 
+def heartbeat_stale(age_seconds: float) -> bool:
+    """Whether a heartbeat AGE_SECONDS old is stale: older than
+    TASKDESK_WORKER_STALE_SECONDS (/healthz, /readyz and the console's /workers/)."""
+    return age_seconds > settings.TASKDESK_WORKER_STALE_SECONDS
+
+
 def _heartbeat(last: Any, who: str, required: bool) -> dict[str, Any]:
     if last is None:
         if required:
             return {"ok": False, "heartbeat": None, "error": f"{who}: no heartbeat yet"}
         return {"ok": True, "heartbeat": None}  # a fresh install: nothing reported yet
     age = (timezone.now() - last).total_seconds()
-    ok = age <= timedelta(seconds=settings.TASKDESK_WORKER_STALE_SECONDS).total_seconds()
+    ok = not heartbeat_stale(age)
     out: dict[str, Any] = {"ok": ok, "heartbeat": last.isoformat(), "age_seconds": round(age, 1)}
     if not ok:
         out["error"] = f"{who}: last heartbeat {age:.0f} s ago"

@@ -91,6 +91,7 @@ ANSWER_QUESTIONS = "elicitations.answer_inputrequest"
 CANCEL_TASKS = "tasks_app.cancel_task"
 RECONCILE_EFFECTS = "tasks_app.reconcile_effect"
 RESEND_WEBHOOKS = "tasks_app.resend_outboxmessage"
+VIEW_AUDIT = "tasks_app.view_auditentry"
 
 # name -> (model, description) of the permissions the roles are made of.
 PERMISSIONS: dict[str, tuple[str, str]] = {
@@ -100,6 +101,7 @@ PERMISSIONS: dict[str, tuple[str, str]] = {
     CANCEL_TASKS: ("task", "Can request cancellation of tasks"),
     RECONCILE_EFFECTS: ("effect", "Can reconcile effects whose outcome is unknown"),
     RESEND_WEBHOOKS: ("outboxmessage", "Can send a webhook again"),
+    VIEW_AUDIT: ("auditentry", "Can view audit entry"),
 }
 VIEWER, ANSWERER, OPERATOR = "viewer", "answerer", "operator"
 ROLES: dict[str, tuple[str, ...]] = {
@@ -112,6 +114,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         CANCEL_TASKS,
         RECONCILE_EFFECTS,
         RESEND_WEBHOOKS,
+        VIEW_AUDIT,
     ),
 }
 

@@ -12,6 +12,9 @@ operator reconciles it). Every purged task leaves a ``PurgedTask`` archive line 
 client, outcome), written in the transaction that deletes it. Deleting a task frees the
 bytes it kept: the purge drops the stored-bytes figures of the clients it purged
 (``tasks_app.storage``), so their next call counts again.
+
+The audit log keeps each entry ``TASKDESK_AUDIT_RETENTION_DAYS`` (``purge_audit``), whatever
+became of the tasks it names.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from tasks_app import storage, transitions
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
+    AuditEntry,
     Effect,
     EffectState,
     EventKind,
@@ -60,6 +64,18 @@ def held_back(*, now: datetime | None = None) -> QuerySet[Task]:
     return Task.objects.filter(expires_at__lte=now, status__in=TERMINAL_STATUSES).filter(
         _unsettled_effect()
     )
+
+
+def purge_audit(*, batch: int = 5000, now: datetime | None = None) -> int:
+    """Delete audit entries older than TASKDESK_AUDIT_RETENTION_DAYS, BATCH at a time (short
+    transactions); return how many."""
+    cutoff = (now or timezone.now()) - timedelta(days=settings.TASKDESK_AUDIT_RETENTION_DAYS)
+    deleted = 0
+    while True:
+        ids = list(AuditEntry.objects.filter(at__lt=cutoff).values_list("pk", flat=True)[:batch])
+        if not ids:
+            return deleted
+        deleted += AuditEntry.objects.filter(pk__in=ids).delete()[0]
 
 
 def purge_expired(*, batch: int = 1000, now: datetime | None = None) -> int:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import socket
 import threading
+import time
 from typing import Any
 
 from celery import Task, shared_task
@@ -99,11 +101,13 @@ def _leg_job_time_limits(**kwargs: Any) -> None:
 @shared_task(name="sweep_job")
 def sweep_job() -> None:
     """Publish dispatch records left unpublished (or published but never consumed),
-    re-dispatch tasks whose lease expired, and dispatch retries that are due."""
-    from tasks_app import dispatch, runtime
+    re-dispatch tasks whose lease expired, dispatch retries that are due, and queue again the
+    bulk actions whose job stopped."""
+    from tasks_app import bulk, dispatch, runtime
 
     sent = dispatch.publish_pending()
     revived = runtime.redispatch_expired_leases() + runtime.dispatch_due_retries()
+    bulk.revive_stalled()
     runtime.forget_stale_drainers()
     if sent or revived:
         log.info("sweep: published %s dispatch records, re-dispatched %s tasks", sent, revived)
@@ -121,12 +125,13 @@ def heartbeat_job() -> str:
     return hostname
 
 
-def _beat(hostname: str, queues: str) -> None:
+def _beat(hostname: str, queues: str, detail: dict[str, Any] | None = None) -> None:
     from tasks_app.models import WorkerHeartbeat
 
-    WorkerHeartbeat.objects.update_or_create(
-        hostname=hostname, defaults={"seen_at": timezone.now(), "queues": queues}
-    )
+    fields: dict[str, Any] = {"seen_at": timezone.now(), "queues": queues}
+    if detail is not None:
+        fields["detail"] = detail
+    WorkerHeartbeat.objects.update_or_create(hostname=hostname, defaults=fields)
 
 
 # Every worker's own heartbeat: a thread of its main process writes the worker's row every
@@ -139,11 +144,15 @@ _stop_heartbeat = threading.Event()
 
 @worker_ready.connect
 def _start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
+    # SENDER is the worker's consumer: its node name, its queues and its pool.
     hostname = str(sender.hostname)
     queues = ",".join(sorted(sender.app.amqp.queues.consume_from))
     _stop_heartbeat.clear()
     threading.Thread(
-        target=_heartbeats, args=(hostname, queues), name="heartbeat", daemon=True
+        target=_heartbeats,
+        args=(hostname, queues, PoolDetail(sender.pool)),
+        name="heartbeat",
+        daemon=True,
     ).start()
 
 
@@ -152,29 +161,89 @@ def _stop_heartbeats(**kwargs: Any) -> None:
     _stop_heartbeat.set()
 
 
-def _heartbeats(hostname: str, queues: str) -> None:
+def _heartbeats(hostname: str, queues: str, pool: PoolDetail) -> None:
+    """Write the worker's row every TASKDESK_HEARTBEAT_SECONDS, and at once when its pool's
+    processes change (a child replaced after a crash or its task limit): /workers/ places a
+    leg on its node by the process id in the leg's lease owner, so a new child's first leg
+    is placed within POOL_LOOK_SECONDS rather than at the next heartbeat."""
     from django.db import connection
 
+    every = settings.TASKDESK_HEARTBEAT_SECONDS
+    due = 0.0
+    sent: list[int] | None = None  # the pool's processes as last written (or tried)
     while True:
-        try:
-            _beat(hostname, queues)
-        except DatabaseError as exc:
-            log.warning("worker heartbeat not written (the database: %s)", exc)
-            connection.close()  # a fresh connection next time
-        if _stop_heartbeat.wait(settings.TASKDESK_HEARTBEAT_SECONDS):
+        detail = pool.detail()
+        if time.monotonic() >= due or detail["pids"] != sent:
+            due, sent = time.monotonic() + every, detail["pids"]
+            try:
+                _beat(hostname, queues, detail)
+            except DatabaseError as exc:
+                log.warning("worker heartbeat not written (the database: %s)", exc)
+                connection.close()  # a fresh connection next time
+        if _stop_heartbeat.wait(min(POOL_LOOK_SECONDS, max(0.0, due - time.monotonic()))):
             connection.close()
             return
+
+
+# How often the heartbeat thread looks at its pool's process ids (in memory, no query).
+POOL_LOOK_SECONDS = 0.5
+
+
+class PoolDetail:
+    """What a worker's heartbeat row says of the worker (``WorkerHeartbeat.detail``): its host
+    as a lease owner names it (``runtime.leases.new_owner``), its main process, its pool's
+    kind, size and processes, the pool processes replaced lately, and when it started.
+
+    Read from the pool on every look: a prefork pool replaces a child that died or reached
+    its task limit. A pool without processes of its own (solo, threads, eventlet, gevent)
+    runs its legs in the main process, so that is its one process.
+    """
+
+    # Replaced pool processes kept, newest first: a leg ended by one in the last minute is
+    # still placed on its node, and a leg whose process died shows there until its lease
+    # runs out.
+    FORMER_KEPT = 32
+
+    def __init__(self, pool: Any) -> None:
+        self.pool = pool
+        self.started_at = timezone.now().isoformat()
+        self.pids: list[int] = []
+        self.former: list[int] = []
+
+    def detail(self) -> dict[str, Any]:
+        try:
+            info = dict(self.pool.info)
+        except Exception:  # a pool still starting or already stopping: no figures yet
+            info = {}
+        kind = str(info.get("implementation", "")).split(":")[0].rsplit(".", 1)[-1]
+        pids = sorted(int(pid) for pid in info.get("processes") or () if pid) or [os.getpid()]
+        gone = [pid for pid in self.pids if pid not in pids]
+        former = dict.fromkeys(pid for pid in [*gone, *self.former] if pid not in pids)
+        self.former = list(former)[: self.FORMER_KEPT]
+        self.pids = pids
+        concurrency = info.get("max-concurrency")
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "pool": kind,
+            "concurrency": concurrency if isinstance(concurrency, int) else None,
+            "pids": pids,
+            "former_pids": self.former,
+            "started_at": self.started_at,
+        }
 
 
 @shared_task(name="purge_expired_job")
 def purge_expired_job() -> int:
     """Delete tasks past their TTL plus the grace period, with their keys, events and records,
     leaving an archive line each; tasks with an effect whose outcome is unknown are kept. Also
-    forgets handshake-wire sessions idle past TASKDESK_SESSION_IDLE_SECONDS."""
+    forgets handshake-wire sessions idle past TASKDESK_SESSION_IDLE_SECONDS, and audit entries
+    older than TASKDESK_AUDIT_RETENTION_DAYS."""
     from tasks_app import retention, runtime, sessions
 
     sessions.purge_idle()
     runtime.mark_unknown_intended_of_finished()
+    retention.purge_audit()
     return retention.purge_expired()
 
 
@@ -186,3 +255,15 @@ def deliver_webhooks_job() -> int:
 
     seconds = min(30.0, settings.TASKDESK_CONTROL_SOFT_TIME_LIMIT_SECONDS / 2)
     return webhooks.deliver_due(seconds=seconds)
+
+
+@shared_task(name="bulk_action_job")
+def bulk_action_job(bulk_id: int) -> bool:
+    """Go on with a bulk action ("Cancel all matching", "Settle all matching") for up to half
+    the control jobs' soft time limit, then queue the next run; return whether it finished."""
+    from tasks_app import bulk
+
+    finished = bulk.run(bulk_id, seconds=bulk.job_seconds())
+    if not finished:
+        bulk.enqueue(bulk_id)
+    return finished

@@ -249,11 +249,12 @@ def fail(
 
 
 @transaction.atomic
-def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
+def request_cancel(*, task_id: str, actor_type: str, actor: str = "", **detail: Any) -> Task:
     """Record a cancellation request. A task waiting for input is cancelled at once.
 
     A working task keeps running until its leg reaches the next checkpoint (the runtime then
     calls ``cancel``). A terminal task is left as it is; the request is still recorded.
+    DETAIL goes into the timeline's entry (a bulk action names itself there).
     """
     task = _locked(task_id)
     now = timezone.now()
@@ -268,6 +269,7 @@ def request_cancel(*, task_id: str, actor_type: str, actor: str = "") -> Task:
         actor=actor,
         status=task.status,
         first=first,
+        **detail,
     )
     if task.status == Status.INPUT_REQUIRED or (
         task.status == Status.WORKING and not task.lease_owner and first

@@ -3,11 +3,28 @@ from __future__ import annotations
 from django.urls import path, re_path
 
 from tasks_app import views
-from tasks_app.console import actions, deliveries, export, task_list, task_page
+from tasks_app.console import (
+    actions,
+    audit,
+    bulk,
+    deliveries,
+    export,
+    saved_views,
+    task_list,
+    task_page,
+    workers,
+)
 
 urlpatterns = [
     path("favicon.ico", views.favicon, name="favicon"),
+    path("audit/", audit.audit_log, name="audit_log"),
+    re_path(r"^audit/export\.(?P<fmt>csv|jsonl)$", audit.audit_export, name="audit_export"),
     path("tasks/", task_list.task_list, name="task_list"),
+    re_path(r"^tasks/bulk/(?P<kind>cancel|settle)/$", bulk.bulk_confirm, name="bulk_confirm"),
+    path("bulk/<int:bulk_id>/", bulk.bulk_detail, name="bulk_detail"),
+    path("workers/", workers.workers, name="workers"),
+    path("views/", saved_views.view_save, name="view_save"),
+    path("views/<int:view_id>/delete/", saved_views.view_delete, name="view_delete"),
     re_path(r"^tasks/export\.(?P<fmt>csv|jsonl)$", export.task_export, name="task_export"),
     path("tasks/<str:task_id>/", task_page.task_detail, name="task_detail"),
     path("tasks/<str:task_id>/cancel/", actions.task_cancel, name="task_cancel"),

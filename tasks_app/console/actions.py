@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import reswap, retarget
 
-from tasks_app import operators, runtime, selectors, transitions
+from tasks_app import audit, operators, runtime, selectors, transitions
 from tasks_app.console.pages import not_found, task_or_404
 from tasks_app.console.task_page import task_page
-from tasks_app.models import Actor, Effect, EffectState, Task
+from tasks_app.models import Actor, AuditAction, AuditOutcome, Effect, EffectState, Task
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 
@@ -26,12 +29,17 @@ def task_cancel(request: HtmxHttpRequest, task_id: str) -> HttpResponse:
             "tasks_app/_cancel_confirm.html" if request.htmx else "tasks_app/task_cancel.html"
         )
         return render(request, template, {"task": task, "nav": "tasks"})
+    who = audit.Who.of(request)
     if task.is_terminal:
         # Nothing to stop: the request is refused before it reaches the timeline.
-        return _refused(request, task, f"The task has already ended ({task.status}).")
-    transitions.request_cancel(
-        task_id=task.pk, actor_type=Actor.OPERATOR, actor=request.user.get_username()
-    )
+        why = f"The task has already ended ({task.status})."
+        audit.record(who, AuditAction.TASK_CANCEL, tenant=task.client.tenant_id,
+                     target=f"task:{task.pk}", outcome=AuditOutcome.REFUSED, reason=why)  # fmt: skip
+        return _refused(request, task, why)
+    with transaction.atomic():
+        transitions.request_cancel(task_id=task.pk, actor_type=Actor.OPERATOR, actor=who.actor)
+        audit.record(who, AuditAction.TASK_CANCEL, tenant=task.client.tenant_id,
+                     target=f"task:{task.pk}")  # fmt: skip
     task = task_or_404(request, task_id)
     if request.htmx:
         return task_page(request, task)
@@ -69,15 +77,24 @@ def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> 
     confirm = request.POST.get("confirm", "")
     if confirm == "no":
         return _reconcile_form(request, effect, note)
+    who = audit.Who.of(request)
+    settled = partial(audit.record, who, AuditAction.EFFECT_SETTLE,
+                      tenant=effect.task.client.tenant_id, target=f"effect:{effect.pk}",
+                      task=effect.task_id, effect=effect.name, happened=happened, note=note)  # fmt: skip
     if effect.state != EffectState.UNKNOWN or "reconciled" in effect.detail:
-        return _refused(request, effect.task, _not_reconcilable(effect))
+        why = _not_reconcilable(effect)
+        settled(outcome=AuditOutcome.REFUSED, reason=why)
+        return _refused(request, effect.task, why)
     if confirm != "yes":
         return _reconcile_confirm(request, effect, happened, note)
     try:
-        runtime.reconcile_effect(
-            effect_id=effect.pk, happened=happened, user=request.user, note=note
-        )
+        with transaction.atomic():
+            runtime.reconcile_effect(
+                effect_id=effect.pk, happened=happened, user=request.user, note=note
+            )
+            settled()
     except runtime.NotReconcilable as exc:
+        settled(outcome=AuditOutcome.REFUSED, reason=str(exc))
         return _refused(request, effect.task, str(exc))
     task = task_or_404(request, task_id)
     if request.htmx:

@@ -10,13 +10,14 @@ from __future__ import annotations
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_GET, require_POST
 
-from tasks_app import operators, outbox, selectors
+from tasks_app import audit, operators, outbox, selectors
 from tasks_app.console.pages import NOT_PERMITTED
-from tasks_app.models import Client
+from tasks_app.models import AuditAction, Client
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 PAGE = 100
@@ -52,6 +53,10 @@ def delivery_send_again(request: HtmxHttpRequest, client_id: int, message_id: in
         raise Http404("No such delivery.")
     if not operators.may(request.user, operators.RESEND_WEBHOOKS, client.tenant_id):
         raise PermissionDenied(NOT_PERMITTED)
-    outbox.send_again(message)
+    with transaction.atomic():
+        outbox.send_again(message)
+        audit.record(audit.Who.of(request), AuditAction.WEBHOOK_RESEND, tenant=client.tenant_id,
+                     target=f"client:{client.pk}", message=message.message_id, kind=message.kind,
+                     task=message.task_id or "")  # fmt: skip
     messages.success(request, f"{message.kind} ({message.message_id}) will be sent again.")
     return redirect("client_deliveries", client_id=client.pk)

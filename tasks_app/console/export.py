@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from django.http import HttpResponse, StreamingHttpResponse
@@ -53,11 +53,7 @@ def task_export(request: HtmxHttpRequest, fmt: str) -> HttpResponseBase:
                                      unknown_effects=unknown, fields=listing.RECORD_FIELDS)  # fmt: skip
     records = (listing.task_record(task) for task in tasks)
     lines = csv_lines(records) if fmt == "csv" else jsonl_lines(records)
-    response = StreamingHttpResponse(chunks(lines, CHUNK_CHARACTERS), content_type=FORMATS[fmt])
-    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
-    response["Content-Disposition"] = f'attachment; filename="tasks-{stamp}.{fmt}"'
-    response["Cache-Control"] = "no-store"
-    return response
+    return streamed(lines, fmt, "tasks")
 
 
 class _Line:
@@ -67,18 +63,37 @@ class _Line:
         return text
 
 
-def csv_lines(records: Iterable[dict[str, Any]]) -> Iterator[str]:
-    """The CSV's lines: the header, then a line per record (None is an empty cell)."""
+def csv_lines(
+    records: Iterable[dict[str, Any]],
+    columns: Sequence[str] = listing.RECORD_COLUMNS,
+    text_columns: frozenset[str] = TEXT_COLUMNS,
+) -> Iterator[str]:
+    """The CSV's lines: the header, then a line per record (None is an empty cell; a dict or
+    list is its JSON). A TEXT_COLUMNS cell that looks like a formula gets an apostrophe."""
     writer = csv.writer(_Line())
-    columns = listing.RECORD_COLUMNS
-    texts = [index for index, name in enumerate(columns) if name in TEXT_COLUMNS]
+    texts = [index for index, name in enumerate(columns) if name in text_columns]
     yield writer.writerow(columns)
     for record in records:
-        row = [record[name] for name in columns]
+        row = [_cell(record[name]) for name in columns]
         for index in texts:
             if row[index].startswith(FORMULA_STARTS):
                 row[index] = "'" + row[index]
         yield writer.writerow(row)
+
+
+def _cell(value: Any) -> Any:
+    if isinstance(value, dict | list):
+        return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return value
+
+
+def streamed(lines: Iterable[str], fmt: str, name: str) -> StreamingHttpResponse:
+    """LINES as a download named NAME-<now>.FMT, in pieces of CHUNK_CHARACTERS."""
+    response = StreamingHttpResponse(chunks(lines, CHUNK_CHARACTERS), content_type=FORMATS[fmt])
+    stamp = timezone.now().strftime("%Y%m%d-%H%M%S")
+    response["Content-Disposition"] = f'attachment; filename="{name}-{stamp}.{fmt}"'
+    response["Cache-Control"] = "no-store"
+    return response
 
 
 def chunks(lines: Iterable[str], size: int) -> Iterator[str]:

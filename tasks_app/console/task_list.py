@@ -7,17 +7,17 @@ from typing import Any
 from urllib.parse import urlencode
 
 from django.http import HttpResponse
-from django.shortcuts import render
+from django.shortcuts import redirect, render
 from django.urls import reverse
 from django.utils import timezone
 from django.views.decorators.http import require_GET
 
 from elicitations.selectors import overdue_task_ids
-from tasks_app import listing, selectors
+from tasks_app import bulk, listing, saved_views, selectors
 from tasks_app.console.chart import throughput_chart
 from tasks_app.console.pages import url
 from tasks_app.listing import Count, ListCursor, Outcome, TaskFilters
-from tasks_app.models import Status, Task
+from tasks_app.models import BulkKind, Status, Task
 from tasks_app.operators import HtmxHttpRequest, change_token, operator_login_required
 
 # The list's query keys a task page keeps for its link back.
@@ -56,6 +56,10 @@ class Row:
 @operator_login_required
 def task_list(request: HtmxHttpRequest) -> HttpResponse:
     """Every task the operator may see, filtered and sorted by the query string."""
+    if not request.GET and not request.htmx:
+        default = saved_views.opening(request)
+        if default is not None:  # just signed in: the operator's default view
+            return redirect(f"{reverse('task_list')}?{default.query}")
     filters = TaskFilters.from_query(request.GET)
     context: dict[str, Any] = {"filters": filters, "nav": "tasks"}
     if not request.htmx:  # the filter form (a refresh replaces only the list)
@@ -65,6 +69,10 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
             outcomes=Outcome.choices,
             tools=_with(tools, filters.tool),
             clients=_with(clients, filters.client),
+            bulk_urls=_bulk_urls(request, filters),
+            saved_views=saved_views.shown_to(request.user),
+            view_query=saved_views.query_of(filters),
+            share_tenants=saved_views.tenants_to_share_with(request.user),
         )
     if filters.errors:
         # Nothing is listed for a query that asks for what does not exist: say what is wrong.
@@ -114,6 +122,15 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
     if request.htmx:
         template += "#task_list"
     return render(request, template, context)
+
+
+def _bulk_urls(request: HtmxHttpRequest, filters: TaskFilters) -> dict[str, str]:
+    """The bulk actions the operator's role allows on this list, by kind: their dry runs."""
+    return {
+        kind: url("bulk_confirm", filters.query(), kind)
+        for kind in BulkKind
+        if bulk.may(request.user, kind) and not bulk.applies(kind, filters)
+    }
 
 
 def _with(choices: list[str], current: str) -> list[str]:

@@ -141,7 +141,7 @@ DURATION = ExpressionWrapper(F("finished_at") - F("created_at"), output_field=Du
 # --- filters --------------------------------------------------------------------------------
 
 
-def _moment(text: str, *, end: bool) -> datetime | None:
+def moment_of(text: str, *, end: bool) -> datetime | None:
     """A ``from`` (END false) or ``to`` value as a bound of [from, to): a date is its day's
     start, or for ``to`` the next day's start (the whole day is in); an ISO date-time is that
     moment (UTC unless it says otherwise), for ``to`` included. None if it is neither."""
@@ -209,7 +209,7 @@ class TaskFilters:
         dates = {}
         for key, upper in (("from", False), ("to", True)):
             text = query.get(key, "").strip()[:40]
-            if text and _moment(text, end=upper) is None:
+            if text and moment_of(text, end=upper) is None:
                 errors.append(f"“{text}” is not a date (YYYY-MM-DD) or date-time for “{key}”.")
                 text = ""
             dates[key] = text
@@ -232,8 +232,8 @@ class TaskFilters:
     @property
     def created_range(self) -> tuple[datetime | None, datetime | None]:
         """[start, end) of the creation times the list shows (None: open)."""
-        start = _moment(self.created_from, end=False) if self.created_from else None
-        end = _moment(self.created_to, end=True) if self.created_to else None
+        start = moment_of(self.created_from, end=False) if self.created_from else None
+        end = moment_of(self.created_to, end=True) if self.created_to else None
         return start, end
 
     def query(self, **changes: Any) -> dict[str, str]:

@@ -4,12 +4,21 @@ The database is the source of truth for every task, event, journal entry and eff
 only delivers "run this task id now". Status changes go through ``tasks_app.transitions``.
 One module a subject: ``clients`` (tenants, clients, tokens), ``tasks`` (the task, its
 statuses and its timeline), ``work`` (journal, effects, dispatch records, workers), ``records``
-(the purge's archive, 2025 sessions and replies) and ``outbox`` (webhook
-endpoints, messages and their attempts).
+(the purge's archive, 2025 sessions and replies), ``outbox`` (webhook
+endpoints, messages and their attempts) ``audit`` (the operators' actions), ``bulk`` (actions on
+every task of a filtered list) and ``views`` (saved task lists).
 """
 
 from __future__ import annotations
 
+from tasks_app.models.audit import AuditAction, AuditEntry, AuditOutcome
+from tasks_app.models.bulk import (
+    BulkAction,
+    BulkActionTask,
+    BulkItemOutcome,
+    BulkKind,
+    BulkState,
+)
 from tasks_app.models.clients import (
     Client,
     ClientToken,
@@ -44,6 +53,7 @@ from tasks_app.models.tasks import (
     event,
     new_task_id,
 )
+from tasks_app.models.views import SavedView
 from tasks_app.models.work import (
     Dispatch,
     Drainer,
@@ -60,6 +70,14 @@ __all__ = [
     "TASKS_EXTENSION",
     "TERMINAL_STATUSES",
     "Actor",
+    "AuditAction",
+    "AuditEntry",
+    "AuditOutcome",
+    "BulkAction",
+    "BulkActionTask",
+    "BulkItemOutcome",
+    "BulkKind",
+    "BulkState",
     "Channel",
     "Client",
     "ClientToken",
@@ -77,6 +95,7 @@ __all__ = [
     "Membership",
     "OutboxMessage",
     "PurgedTask",
+    "SavedView",
     "Status",
     "Task",
     "TaskEvent",

@@ -189,6 +189,10 @@ class WorkerHeartbeat(models.Model):
     seen_at = models.DateTimeField()
     # The queues the worker consumes, comma-separated; BEAT for heartbeat_job's row.
     queues = models.CharField(max_length=200, default="control")
+    # What /workers/ shows of the node: its host (as lease owners name it), its pool (kind,
+    # concurrency, process ids, the ones replaced lately), its main process id and when it
+    # started (``tasks.PoolDetail``). Empty for heartbeat_job's row.
+    detail = models.JSONField(default=dict, blank=True)
 
     # The three heartbeats /readyz and /metrics report.
     LEGS = "legs"
@@ -200,6 +204,16 @@ class WorkerHeartbeat(models.Model):
         return f"{self.hostname} @ {self.seen_at}"
 
     @classmethod
+    def role_of(cls, queues: str) -> str:
+        """The role of a row whose queues are QUEUES: ``beat`` (heartbeat_job's row), ``legs``
+        (a worker that consumes any queue besides the control queue) or ``control``."""
+        if queues == cls.BEAT:
+            return cls.BEAT
+        if set(queues.split(",")) - {settings.TASKDESK_CONTROL_QUEUE}:
+            return cls.LEGS
+        return cls.CONTROL
+
+    @classmethod
     def newest_by_role(cls) -> dict[str, datetime | None]:
         """The newest heartbeat of each role (None while no row of it exists), as /readyz
         and /metrics report them: ``legs``, of a worker that consumes any queue besides the
@@ -207,7 +221,6 @@ class WorkerHeartbeat(models.Model):
         control queue alone, so that a control worker runs; ``beat``, of ``heartbeat_job``'s
         row, so that beat schedules the periodic jobs (and a control worker runs them). The
         control worker's own row stays fresh without beat, hence the third role."""
-        control = settings.TASKDESK_CONTROL_QUEUE
         newest: dict[str, datetime | None] = dict.fromkeys(cls.ROLES)
         by_queues = (
             cls.objects.order_by()
@@ -216,12 +229,7 @@ class WorkerHeartbeat(models.Model):
             .values_list("queues", "last")
         )
         for queues, last in by_queues:
-            if queues == cls.BEAT:
-                role = cls.BEAT
-            elif set(queues.split(",")) - {control}:
-                role = cls.LEGS
-            else:
-                role = cls.CONTROL
+            role = cls.role_of(queues)
             current = newest[role]
             if current is None or last > current:
                 newest[role] = last

@@ -472,7 +472,7 @@ RECONCILE_NOTE_MAX = 1000
 
 
 def reconcile_effect(
-    *, effect_id: int, happened: bool, user: AbstractBaseUser, note: str = ""
+    *, effect_id: int, happened: bool, user: AbstractBaseUser, note: str = "", **detail: Any
 ) -> Effect:
     """Record an operator's answer to "did this unknown effect happen?", with their NOTE.
 
@@ -481,7 +481,7 @@ def reconcile_effect(
     settles it as ``failed``. A working task that was waiting for this decision resumes.
     Raise NotReconcilable for an effect that is not ``unknown``, or that an operator already
     said did not happen (it stays ``unknown`` until the next leg runs it again): a decision is
-    never overwritten.
+    never overwritten. DETAIL goes into the timeline's entry (a bulk action names itself).
     """
     username = user.get_username()
     with transaction.atomic():
@@ -511,7 +511,7 @@ def reconcile_effect(
         effect.save(update_fields=fields)
         event(task, EventKind.EFFECT_RECONCILED, actor_type=Actor.OPERATOR, actor=username,
               effect=effect.name, seq=effect.seq, key=effect.downstream_key,
-              happened=happened, note=note)  # fmt: skip
+              happened=happened, note=note, **detail)  # fmt: skip
         if task.status == Status.WORKING and not task.lease_owner:
             transitions.resume(
                 task_id=task.pk,

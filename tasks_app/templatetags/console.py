@@ -83,3 +83,43 @@ def task_duration(task: Any) -> str:
     if finished is not None:
         return _span((finished - created).total_seconds())
     return f"{_span((timezone.now() - created).total_seconds())} so far"
+
+
+def coarse_span(seconds: float) -> str:
+    """A span for a page that refreshes itself, in steps that do not change on every refresh
+    (so that an unchanged page is answered with 204): "under 5 s", then 5 s steps up to a
+    minute, then whole minutes ("3 min", "1 h 5 min")."""
+    whole = max(0, int(seconds))
+    if whole < 5:
+        return "under 5 s"
+    if whole < 60:
+        return f"{whole - whole % 5} s"
+    return _span(whole - whole % 60)
+
+
+@register.filter
+def span_to(moment: datetime | None, now: datetime) -> str:
+    """How long from MOMENT to NOW, coarsely (``coarse_span``)."""
+    if moment is None:
+        return ""
+    return coarse_span((now - moment).total_seconds())
+
+
+@register.filter
+def lease_left(expires: datetime | None, now: datetime) -> str:
+    """When a lease that expires at EXPIRES runs out, seen at NOW: "runs out in 25 s" or
+    "ran out 10 s ago"."""
+    if expires is None:
+        return ""
+    left = (expires - now).total_seconds()
+    if left > 0:
+        return f"runs out in {coarse_span(left)}"
+    return f"ran out {coarse_span(-left)} ago"
+
+
+@register.filter
+def may_see_workers(user: Any) -> bool:
+    """Whether the nav shows /workers/: USER may see tasks in some tenant."""
+    from tasks_app import operators
+
+    return operators.may(user, operators.VIEW_TASKS)

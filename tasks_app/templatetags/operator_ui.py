@@ -65,3 +65,11 @@ def minutes(value: timedelta | None) -> str:
         return ""
     count = max(1, round(value.total_seconds() / 60))
     return f"{count} minute{'s' if count != 1 else ''}"
+
+
+@register.filter
+def may_read_audit(user: Any) -> bool:
+    """Whether the nav shows the audit log: USER may read it in some tenant."""
+    from tasks_app import operators
+
+    return operators.may(user, operators.VIEW_AUDIT)

@@ -425,3 +425,20 @@ def test_untrusted_text_on_the_answer_page_is_escaped(client, operator, alice) -
         "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;&lt;img src=x onerror=alert(1)&gt;"
         in html
     )
+
+
+def test_an_answer_from_the_inbox_writes_one_audit_entry(client, operator, ask, task) -> None:
+    from tasks_app.models import AuditEntry
+
+    request = ask()
+    client.force_login(operator)
+    AuditEntry.objects.all().delete()  # the sign-in's
+
+    client.post(url(request), {"approve": "true", "_action": "accept"})
+    client.post(url(request), {"approve": "false", "_action": "accept"})  # too late
+
+    first, second = AuditEntry.objects.order_by("id")
+    assert (first.action, first.outcome, first.actor) == ("question.answer", "done", "olga")
+    assert first.target == f"question:{request.pk}" and first.tenant == task.client.tenant
+    assert first.detail == {"task": task.pk, "answer": "accept"}
+    assert (second.outcome, second.detail["reason"]) == ("refused", "already_answered")

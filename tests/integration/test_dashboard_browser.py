@@ -16,11 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from django.contrib.auth.models import User
 from django.utils import timezone
 
-from tasks_app import transitions
+from tasks_app import audit, bulk, transitions
 from tasks_app.clients import client_get_or_create
-from tasks_app.models import Effect, Status, Task, TaskEvent
+from tasks_app.listing import TaskFilters
+from tasks_app.models import AuditAction, AuditOutcome, Effect, Status, Task, TaskEvent
 from tests.integration.test_inbox_browser import Browser, csrf, mcp
 from tests.integration.worker_helpers import leg_pid
 from tests.live import kill, wait_for
@@ -225,6 +227,16 @@ def test_a_60_s_slow_echo_is_cancelled_from_its_page(browser, stack, make_user, 
     expect(page.get_by_role("button", name="Request cancellation")).to_have_count(0)
     assert page.url == f"{stack.url}/tasks/{task_id}/"
 
+    # One audit entry, found by the audit page's filter, linking back to the task.
+    page.goto(f"{stack.url}/audit/")
+    page.get_by_label("Action").select_option("task.cancel")
+    page.get_by_role("button", name="Filter").click()
+    entries = page.locator("#audit-table tbody tr")
+    expect(entries).to_have_count(1)
+    expect(entries.first).to_contain_text("olga")
+    entries.first.get_by_role("link").click()
+    page.wait_for_url(f"{stack.url}/tasks/{task_id}/")
+
 
 def test_a_viewer_sees_no_cancel_button_and_a_direct_post_is_refused(
     browser, stack, make_user, token
@@ -251,6 +263,74 @@ def test_a_viewer_sees_no_cancel_button_and_a_direct_post_is_refused(
     assert status == 403
     assert Task.objects.get(pk=task_id).cancel_requested_at is None
     transitions.request_cancel(task_id=task_id, actor_type="system")  # tidy up
+
+
+def test_300_tasks_of_one_client_are_cancelled_in_bulk_with_their_count_typed(
+    browser, stack, make_user, demo, token
+) -> None:
+    """The issue's bulk-cancel check: a filtered list of 300 slow_echo tasks of one client
+    (two of them running in the live worker, some already ended), a dry run, the count
+    typed, the control worker cancelling them in batches while the page shows the progress;
+    another tenant's tasks that the search also matches stay as they are."""
+    from playwright.sync_api import expect
+
+    make_user("olga")
+    make_user("vera", role="viewer")
+    shop = client_get_or_create(name="shop-bot", tenant="demo")
+    rival = client_get_or_create(name="rival-bot", tenant="rival")
+    running = [
+        call(stack, token, "slow_echo", f"sweep-7-run-{i}", text="x", seconds=60) for i in range(2)
+    ]  # fmt: skip  (the live worker runs two legs at a time)
+    Task.objects.filter(pk__in=running).update(client=shop)
+    for task_id in running:
+        wait_for("the leg to start", lambda task_id=task_id: leg_pid(Task(pk=task_id)), timeout=30)
+    Task.objects.bulk_create(
+        Task(client=shop, tool_name="slow_echo", arguments={}, idempotency_key=f"sweep-7-{i}",
+             status=Status.COMPLETED if i < 17 else Status.WORKING,
+             finished_at=timezone.now() if i < 17 else None)
+        for i in range(298)
+    )  # fmt: skip
+    Task.objects.bulk_create(
+        Task(client=rival, tool_name="slow_echo", arguments={}, idempotency_key=f"sweep-7-r{i}")
+        for i in range(5)
+    )  # fmt: skip
+    Task.objects.bulk_create(
+        Task(client=demo, tool_name="slow_echo", arguments={}) for _ in range(4)
+    )
+
+    viewer = log_in(browser, stack, "vera")
+    viewer.goto(f"{stack.url}/tasks/?client=shop-bot&tool=slow_echo")
+    expect(viewer.locator("#bulk-cancel")).to_have_count(0)
+    refused = viewer.request.post(f"{stack.url}/tasks/bulk/cancel/?client=shop-bot",
+                                  headers={"X-CSRFToken": csrf(viewer)})  # fmt: skip
+    assert refused.status == 403
+
+    page = log_in(browser, stack, "olga")
+    page.goto(f"{stack.url}/tasks/?tool=slow_echo&client=shop-bot&q=sweep-7")
+    page.locator("#bulk-cancel").click()
+    expect(page.locator("#bulk-matched")).to_have_text("300")
+    expect(page.locator("#bulk-act")).to_have_text("283")
+    expect(page.locator("#bulk-skipped")).to_have_text("17")
+    page.get_by_label("Type 300 to confirm").fill("300")
+    started = time.monotonic()
+    page.get_by_role("button", name="Cancel 283 tasks").click()
+
+    expect(page.locator("#bulk-bar")).to_be_visible()
+    expect(page.locator("#bulk-state")).to_contain_text("Finished", timeout=30_000)
+    expect(page.locator("#bulk-done")).to_have_text("283")
+    expect(page.locator("#bulk-skipped")).to_have_text("17")
+    expect(page.locator("#bulk-items tbody tr")).to_have_count(300)
+    assert time.monotonic() - started < 30
+    shop_tasks = Task.objects.filter(client=shop)
+    wait_for("the running legs to stop",
+             lambda: not shop_tasks.filter(status=Status.WORKING).exists(), timeout=30)  # fmt: skip
+    assert shop_tasks.filter(status=Status.CANCELLED).count() == 283
+    assert shop_tasks.filter(status=Status.COMPLETED).count() == 17
+    assert not Task.objects.filter(
+        client__in=[rival, demo], cancel_requested_at__isnull=False
+    ).exists()
+    event = TaskEvent.objects.get(task_id=running[0], kind="cancel_requested")
+    assert event.actor == "olga" and event.detail["bulk"] > 0
 
 
 def test_another_tenants_operator_never_sees_the_task(browser, stack, make_user, token) -> None:
@@ -388,8 +468,8 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
                                  status_message="Effect 'send_notice' may or may not have "
                                  "happened. An operator must reconcile it in the task's "
                                  "effects ledger; the task waits until then.")  # fmt: skip
-    Effect.objects.create(task=notice, seq=1, name="send_notice", target="ops@example.com",
-                          downstream_key=f"{notice.pk}:send_notice:1", state="unknown")  # fmt: skip
+    effect = Effect.objects.create(task=notice, seq=1, name="send_notice", target="ops@example.com",
+                                   downstream_key=f"{notice.pk}:send_notice:1", state="unknown")  # fmt: skip
     for kind, actor_type in [("accepted", "client"), ("leg_started", "worker"),
                              ("effect_intended", "worker"), ("lease_expired", "system"),
                              ("leg_started", "worker"), ("effect_unknown", "worker"),
@@ -423,11 +503,39 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
     expect(page.get_by_role("button", name="Confirm cancellation")).to_be_visible()
     page.screenshot(path=str(out / "cancel-confirmation.png"))
 
-    dark = browser.new_context(color_scheme="dark").new_page()
-    dark.goto(f"{stack.url}/accounts/login/")
+    audit.record(audit.Who(None, "sam", "10.0.8.21"), AuditAction.EFFECT_SETTLE,
+                 tenant=demo.tenant, target=f"effect:{effect.pk}", task=notice.pk,
+                 effect="send_notice", happened=True, note="In the mail server's log.")  # fmt: skip
+    audit.record(audit.Who(None, "sam", "10.0.8.21"), AuditAction.TASK_CANCEL,
+                 tenant=demo.tenant, target=f"task:{running.pk}", outcome=AuditOutcome.REFUSED,
+                 reason="The task has already ended (completed).")  # fmt: skip
+    page.goto(f"{stack.url}/audit/")
+    expect(page.locator("#audit-table tbody tr").first).to_be_visible()
+    page.screenshot(path=str(out / "audit.png"))
+
+    dry_run = f"{stack.url}/tasks/bulk/cancel/?client=shop-bot"
+    page.goto(dry_run)
+    expect(page.locator("#bulk-matched")).to_be_visible()
+    page.screenshot(path=str(out / "bulk-dry-run.png"))
+    olga = User.objects.get(username="olga")
+    filters = TaskFilters.from_query({"client": "shop-bot"})
+    action = bulk.start(audit.Who(olga, "olga"), kind="cancel", filters=filters,
+                        until=timezone.now(), expected=32, queue=False)  # fmt: skip
+    bulk.run(action.pk)
+    page.goto(f"{stack.url}/bulk/{action.pk}/")
+    expect(page.locator("#bulk-state")).to_contain_text("Finished")
+    page.screenshot(path=str(out / "bulk-done.png"))
+
+    dark = log_in(browser, stack, "olga", color_scheme="dark")
     background = dark.evaluate("getComputedStyle(document.documentElement).backgroundColor")
     assert background == "rgb(13, 17, 23)"
-    for name in ("dashboard.png", "task-unknown-effect.png", "cancel-confirmation.png"):
+    dark.goto(f"{stack.url}/audit/")
+    dark.screenshot(path=str(out / "audit-dark.png"))
+    dark.goto(f"{stack.url}/bulk/{action.pk}/")
+    dark.screenshot(path=str(out / "bulk-done-dark.png"))
+    for name in ("dashboard.png", "task-unknown-effect.png", "cancel-confirmation.png",
+                 "audit.png", "audit-dark.png", "bulk-dry-run.png", "bulk-done.png",
+                 "bulk-done-dark.png"):  # fmt: skip
         assert (out / name).stat().st_size > 10_000
     Task.objects.filter(pk=running.pk).update(lease_owner="")
 

@@ -101,6 +101,17 @@ def test_cancel_requests_it_of_every_matching_task_and_the_timeline_names_who(al
     for untouched in (other_tool, theirs):
         untouched.refresh_from_db()
         assert untouched.cancel_requested_at is None
+    # The same record as the task list's "Cancel all matching", scoped to the tenant.
+    from tasks_app.models import BulkAction
+
+    action = BulkAction.objects.get()
+    assert (action.from_shell, action.tenant, action.actor, action.done) == (
+        True,
+        "acme",
+        "ops-olga",
+        3,
+    )
+    assert set(action.items.values_list("task_id", flat=True)) == {t.pk for t in [*mine, waiting]}
 
 
 @pytest.mark.django_db(transaction=True)

@@ -4,9 +4,10 @@ from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
-from tasks_app import webhooks
-from tasks_app.models import Client, WebhookEvent
+from tasks_app import audit, webhooks
+from tasks_app.models import AuditAction, Client, WebhookEvent
 
 
 class Command(BaseCommand):
@@ -27,18 +28,30 @@ class Command(BaseCommand):
             help=f"events to send: {', '.join(WebhookEvent.values)}",
         )
         parser.add_argument("--description", default="")
+        parser.add_argument("--actor", default="manage.py", help="who the audit log names")
 
     def handle(
-        self, *args: Any, client: str, url: str, events: list[str], description: str, **options: Any
+        self,
+        *args: Any,
+        client: str,
+        url: str,
+        events: list[str],
+        description: str,
+        actor: str,
+        **options: Any,
     ) -> None:
         try:
             row = Client.objects.get(name=client)
         except Client.DoesNotExist:
             raise CommandError(f"no client named {client!r}") from None
         try:
-            endpoint, secret = webhooks.register(
-                client=row, url=url, events=events, description=description
-            )
+            with transaction.atomic():
+                endpoint, secret = webhooks.register(
+                    client=row, url=url, events=events, description=description
+                )
+                audit.record(audit.Who.shell(actor), AuditAction.WEBHOOK_ADD,
+                             tenant=row.tenant_id, target=f"client:{row.pk}", url=url,
+                             events=list(endpoint.events), endpoint=endpoint.pk)  # fmt: skip
         except ValidationError as exc:
             raise CommandError(" ".join(exc.messages)) from None
         self.stderr.write(

@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from tasks_app import operators
-from tasks_app.models import Tenant
+from tasks_app import audit, operators
+from tasks_app.models import AuditAction, Tenant
 
 PASSWORD_VARIABLE = "TASKDESK_OPERATOR_PASSWORD"
 
@@ -27,8 +27,11 @@ class Command(BaseCommand):
         parser.add_argument("--username", required=True)
         parser.add_argument("--tenant", required=True, help="tenant slug (created if missing)")
         parser.add_argument("--role", required=True, choices=list(operators.ROLES))
+        parser.add_argument("--actor", default="manage.py", help="who the audit log names")
 
-    def handle(self, *args: Any, username: str, tenant: str, role: str, **options: Any) -> None:
+    def handle(
+        self, *args: Any, username: str, tenant: str, role: str, actor: str, **options: Any
+    ) -> None:
         User = get_user_model()
         user = User.objects.filter(username=username).first()
         password = self._password(user, username)
@@ -42,6 +45,8 @@ class Command(BaseCommand):
             row, new_tenant = Tenant.objects.get_or_create(slug=tenant)
             row.members.add(user)
             operators.grant_role(user, role, row)  # this tenant's only
+            audit.record(audit.Who.shell(actor), AuditAction.ROLE_CHANGE, tenant=row,
+                         target=f"user:{username}", role=role, created=created)  # fmt: skip
         if new_tenant:
             self.stderr.write(f"Created tenant {tenant!r}.")
         verb = "Created" if created else "Updated"

@@ -13,20 +13,33 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import partial
 from itertools import islice
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.db import transaction
 
 from elicitations.selectors import overdue_task_ids
-from tasks_app import listing, runtime, selectors, transitions
+from tasks_app import audit, bulk, listing, runtime, selectors
 from tasks_app.listing import Outcome, TaskFilters
-from tasks_app.models import Actor, Effect, EffectState, Task, Tenant
+from tasks_app.models import (
+    AuditAction,
+    AuditOutcome,
+    BulkKind,
+    Effect,
+    EffectState,
+    Task,
+    Tenant,
+)
 
 # The list's query keys, as options (``--from`` is ``created_from`` inside).
 FILTER_KEYS = ("status", "outcome", "tool", "client", "q", "from", "to", "sort")
 SAMPLE = 10  # the ids a dry run or a cancellation names
+# Who the shell reads as: every tenant (or --tenant's alone), as a superuser does; who runs
+# manage.py holds the database's credentials.
+SHELL = User(is_superuser=True, is_active=True)
 
 
 class Command(BaseCommand):
@@ -43,7 +56,9 @@ class Command(BaseCommand):
         cancel = verbs.add_parser("cancel", help="request cancellation of every matching task")
         _filters(cancel)
         cancel.add_argument("--dry-run", action="store_true", help="count, cancel nothing")
-        cancel.add_argument("--actor", default="manage.py", help="who the timeline names")
+        cancel.add_argument(
+            "--actor", default="manage.py", help="who the timeline and the audit log name"
+        )
         settle = verbs.add_parser(
             "settle", help="say whether an unknown effect happened, as the task page's form does"
         )
@@ -51,7 +66,9 @@ class Command(BaseCommand):
         settle.add_argument("effect", help="the effect's number (seq, in show) or its name")
         settle.add_argument("--happened", required=True, choices=["yes", "no"])
         settle.add_argument("--note", required=True, help="what you checked and what you found")
-        settle.add_argument("--actor", default="manage.py", help="who the timeline names")
+        settle.add_argument(
+            "--actor", default="manage.py", help="who the timeline and the audit log name"
+        )
 
     def handle(self, *args: Any, verb: str, **options: Any) -> None:
         if verb == "show":
@@ -61,12 +78,11 @@ class Command(BaseCommand):
             self._settle(options["task_id"], options["effect"], happened=options["happened"],
                          note=options["note"], actor=options["actor"])  # fmt: skip
             return
-        tasks = _matching(options)
         if verb == "list":
-            limit = options["limit"]
+            tasks, limit = _matching(options), options["limit"]
             self._list(tasks if limit <= 0 else islice(tasks, limit), as_json=options["json"])
         else:
-            self._cancel(tasks, dry_run=options["dry_run"], actor=options["actor"],
+            self._cancel(options, dry_run=options["dry_run"], actor=options["actor"],
                          as_json=options["json"])  # fmt: skip
 
     def _list(self, tasks: Iterator[Task], *, as_json: bool) -> None:
@@ -102,33 +118,36 @@ class Command(BaseCommand):
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             self.stdout.write(f"{name + ':':<18}{shown}")
 
-    def _cancel(self, tasks: Iterator[Task], *, dry_run: bool, actor: str, as_json: bool) -> None:
-        matched = requested = ended = 0
-        sample: list[str] = []
-        for task in tasks:
-            matched += 1
-            if len(sample) < SAMPLE:
-                sample.append(task.pk)
-            if task.is_terminal:
-                ended += 1
-            elif not dry_run:
-                transitions.request_cancel(task_id=task.pk, actor_type=Actor.OPERATOR, actor=actor)
-                requested += 1
-        would = matched - ended
-        report = {
+    def _cancel(self, options: dict[str, Any], *, dry_run: bool, actor: str, as_json: bool) -> None:
+        """Cancel all matching, as the task list's bulk action does (the same dry run, record
+        and job, run here to the end)."""
+        filters, tenant = _task_filters(options), options["tenant"]
+        try:
+            preview = bulk.preview(user=SHELL, kind=BulkKind.CANCEL, filters=filters, tenant=tenant)
+        except bulk.TooMany as exc:
+            raise CommandError(str(exc)) from None
+        report: dict[str, Any] = {
             "dry_run": dry_run,
-            "matched": matched,
-            "cancel_requested": would if dry_run else requested,
-            "already_ended": ended,
-            "first": sample,
+            "matched": preview.matched,
+            "cancel_requested": preview.act,
+            "already_ended": preview.skipped,
+            "first": [task.pk for task in preview.first[:SAMPLE]],
         }
+        if not dry_run and preview.act:
+            action = bulk.start(audit.Who.shell(actor), kind=BulkKind.CANCEL, filters=filters,
+                                until=preview.until, expected=preview.matched, tenant=tenant,
+                                from_shell=True, queue=False)  # fmt: skip
+            bulk.run(action.pk)
+            action.refresh_from_db()
+            report.update(cancel_requested=action.done, already_ended=action.skipped,
+                          matched=action.matched, bulk=action.pk)  # fmt: skip
         if as_json:
             self.stdout.write(json.dumps(report))
             return
         verb = "would request cancellation of" if dry_run else "requested cancellation of"
         self.stdout.write(
-            f"{matched} tasks matched: {verb} {report['cancel_requested']}, "
-            f"{ended} had already ended."
+            f"{report['matched']} tasks matched: {verb} {report['cancel_requested']}, "
+            f"{report['already_ended']} had already ended."
         )
 
     def _settle(self, task_id: str, which: str, *, happened: str, note: str, actor: str) -> None:
@@ -136,10 +155,18 @@ class Command(BaseCommand):
         if not note:
             raise CommandError("a note is required: write what you checked and what you found")
         effect = _effect(task_id, which)
+        who = audit.Who.shell(actor)
+        settled = partial(audit.record, who, AuditAction.EFFECT_SETTLE,
+                          tenant=effect.task.client.tenant_id, target=f"effect:{effect.pk}",
+                          task=task_id, effect=effect.name, happened=happened == "yes",
+                          note=note)  # fmt: skip
         try:
-            runtime.reconcile_effect(effect_id=effect.pk, happened=happened == "yes",
-                                     user=User(username=actor), note=note)  # fmt: skip
+            with transaction.atomic():
+                runtime.reconcile_effect(effect_id=effect.pk, happened=happened == "yes",
+                                         user=who.user or User(username=actor), note=note)  # fmt: skip
+                settled()
         except runtime.NotReconcilable as exc:
+            settled(outcome=AuditOutcome.REFUSED, reason=str(exc))
             raise CommandError(str(exc)) from None
         verdict = "happened" if happened == "yes" else "did not happen"
         self.stdout.write(f"Recorded that {effect.name} ({effect.seq}) of {task_id} {verdict}.")
@@ -169,8 +196,8 @@ def _filters(parser: CommandParser) -> None:
     parser.add_argument("--json", action="store_true", help="JSON (a line per task for list)")
 
 
-def _matching(options: dict[str, Any]) -> Iterator[Task]:
-    """The tasks the options' filters match, in their order, read in batches."""
+def _task_filters(options: dict[str, Any]) -> TaskFilters:
+    """The task list's filters the options give, checked as /tasks/ checks them."""
     if options["tenant"] and not Tenant.objects.filter(slug=options["tenant"]).exists():
         raise CommandError(f"no tenant {options['tenant']!r}")
     query = {key: options[key] for key in FILTER_KEYS if options[key]}
@@ -179,11 +206,17 @@ def _matching(options: dict[str, Any]) -> Iterator[Task]:
     filters = TaskFilters.from_query(query)
     if filters.errors:
         raise CommandError(" ".join(filters.errors))
+    return filters
+
+
+def _matching(options: dict[str, Any]) -> Iterator[Task]:
+    """The tasks the options' filters match, in their order, read in batches."""
+    filters = _task_filters(options)
     unknown = (
         selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
     )
     return listing.tasks_for_export(
-        user=User(is_superuser=True, is_active=True),  # every tenant, as the docstring says
+        user=SHELL,
         filters=filters,
         attention=selectors.attention_filter(overdue_task_ids=overdue_task_ids()),
         unknown_effects=unknown,

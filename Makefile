@@ -59,13 +59,15 @@ bench: install
 	$(BIN)/python bench/streams.py
 
 # Style, the import contracts and cycles (pyproject.toml [tool.importlinter]), the drawing of
-# the stack in docs/architecture.md against those contracts, and the types (mypy --strict,
-# [tool.mypy]). Every check runs; the target fails if any of them fails.
+# the stack in docs/architecture.md against those contracts, the types (mypy --strict,
+# [tool.mypy]) and the operator API's OpenAPI schema (valid, and generated without a warning).
+# Every check runs; the target fails if any of them fails.
 lint: install
 	@failed=0; \
 	for check in "$(BIN)/ruff check ." "$(BIN)/ruff format --check ." \
 	    "$(BIN)/lint-imports --no-logo" "$(BIN)/python scripts/import_cycles.py" \
-	    "$(BIN)/python scripts/check_architecture.py" "$(BIN)/mypy"; do \
+	    "$(BIN)/python scripts/check_architecture.py" "$(BIN)/mypy" \
+	    "$(BIN)/python manage.py spectacular --validate --fail-on-warn --file /dev/null"; do \
 	  echo "==> $$check"; $$check || failed=1; \
 	done; \
 	exit $$failed

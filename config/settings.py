@@ -121,6 +121,7 @@ INSTALLED_APPS = [
     "whitenoise.runserver_nostatic",
     "django.contrib.staticfiles",
     "rest_framework",
+    "drf_spectacular",
     "django_htmx",
     "template_partials",
     "axes",
@@ -344,6 +345,27 @@ REST_FRAMEWORK: dict[str, object] = {
     "UNAUTHENTICATED_USER": None,
     # Counted in the shared cache (CACHES below), so the rate holds across web processes.
     "DEFAULT_THROTTLE_RATES": {"mcp_poll": env_rate("TASKDESK_POLL_THROTTLE")},
+    # drf-spectacular describes the operator API (tasks_app/api/, whose views set their own
+    # authentication and permissions; the defaults above stay /mcp's).
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+}
+# The operator API's OpenAPI 3 schema, served at /api/schema/ and validated by `make lint`
+# (`manage.py spectacular --validate --fail-on-warn`); /mcp has its own specification.
+SPECTACULAR_SETTINGS: dict[str, object] = {
+    "TITLE": "Taskdesk operator API",
+    "DESCRIPTION": "The operator console's tasks, actions, bulk actions and audit log, as JSON. "
+    "Authenticate with a personal operator token: `Authorization: Bearer tdo_…`.",
+    "VERSION": "1",
+    "SCHEMA_PATH_PREFIX": "/api/",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "COMPONENT_SPLIT_REQUEST": True,
+    "PREPROCESSING_HOOKS": ["tasks_app.api.schema.only_the_api"],
+    # Three fields named "outcome", three sets of choices: each its own name.
+    "ENUM_NAME_OVERRIDES": {
+        "TaskOutcomeEnum": "tasks_app.listing.query.Outcome",
+        "AuditOutcomeEnum": "tasks_app.models.audit.AuditOutcome",
+        "BulkItemOutcomeEnum": "tasks_app.models.bulk.BulkItemOutcome",
+    },
 }
 
 # --- Celery ---------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ urlpatterns = [
     path("metrics", task_views.metrics_view, name="metrics"),
     path(mcp_views.PATH.removeprefix("/"), mcp_views.McpView.as_view(), name="mcp"),
     path("admin/", admin.site.urls),
+    path("api/", include("tasks_app.api.urls")),
     path("accounts/", include("django.contrib.auth.urls")),
     path("", include("tasks_app.urls")),
     path("", include("elicitations.urls")),

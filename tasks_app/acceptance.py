@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
@@ -188,10 +189,14 @@ def accept(
     key: IdempotencyKey | None = None,
     journal: list[dict[str, Any]] | None = None,
     client_answers: str | None = None,
+    rerun_of: Task | None = None,
+    also: Callable[[Task], None] | None = None,
 ) -> Receipt:
     """Create CLIENT's task for a call of TOOL, or return the task an earlier call with the
     same idempotency KEY created. CLIENT_ANSWERS is how the calling client can answer the
-    task's questions (``Task.client_answers``; None: not known).
+    task's questions (``Task.client_answers``; None: not known). A run again
+    (``tasks_app.rerun``) gives the task it runs again (RERUN_OF) and ALSO, which writes its
+    copied effects and links in the acceptance's transaction.
 
     The task row, its ``accepted`` event and its dispatch record (plus JOURNAL, the answers
     collected in synchronous rounds before escalation) are committed before this returns.
@@ -200,7 +205,7 @@ def accept(
     written then.
     """
     with tracing.span("accept", tool=tool.name):
-        return _accept(client, tool, arguments, era, key, journal, client_answers)
+        return _accept(client, tool, arguments, era, key, journal, client_answers, rerun_of, also)
 
 
 def key_required(tool: ToolSpec) -> str:
@@ -218,6 +223,8 @@ def _accept(
     key: IdempotencyKey | None,
     journal: list[dict[str, Any]] | None,
     client_answers: str | None,
+    rerun_of: Task | None = None,
+    also: Callable[[Task], None] | None = None,
 ) -> Receipt:
     if key is None and tool.requires_idempotency_key:
         raise IdempotencyKeyRequired(key_required(tool), {"reason": "idempotency_key_required"})
@@ -235,10 +242,11 @@ def _accept(
     fp = fingerprint(tool, normalized)
     task = new_task(client, tool, normalized, fp, value, era, client_answers=client_answers)
     task.stored_bytes = size
+    task.rerun_of = rerun_of
     # The dispatch record written here keeps this span's context for the task's first leg.
     with tracing.span("dispatch", tool=tool.name):
         stored = db.backend().insert_or_get(
-            task, actor=client.name, carrier=carrier, journal=journal or []
+            task, actor=client.name, carrier=carrier, journal=journal or [], also=also
         )
     if isinstance(stored, db.Accepted):
         dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk, unless_drained=True)

@@ -12,6 +12,7 @@ from typing import Any
 from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
+from django.db import transaction
 from django.db.models import Q, QuerySet
 from django.http import HttpRequest
 from django.template.response import TemplateResponse
@@ -25,6 +26,7 @@ from tasks_app.models import (
     Effect,
     JournalEntry,
     Membership,
+    OperatorToken,
     PurgedTask,
     Task,
     TaskEvent,
@@ -213,6 +215,80 @@ class ClientTokenAdmin(Audited, ShownOnce):
         if verb == "delete" or obj.revoked_at is not None:
             return AuditAction.TOKEN_REVOKE
         return None
+
+
+class OperatorTokenForm(forms.ModelForm[OperatorToken]):
+    class Meta:
+        model = OperatorToken
+        fields = ["user", "name"]
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        user, name = data.get("user"), data.get("name")
+        live = OperatorToken.objects.filter(user=user, name=name, revoked_at__isnull=True)
+        if user is not None and name and live.exists():
+            raise forms.ValidationError(f"{user} already has a live token named {name!r}.")
+        return data
+
+
+@admin.register(OperatorToken)
+class OperatorTokenAdmin(Audited, ShownOnce):
+    """Personal operator tokens for /api/ (``manage.py create_operator_token`` makes them too).
+    A token acts as its user, so staff who are not superusers see, make and revoke only their
+    own. A token is never edited or deleted: it is revoked, and stays listed."""
+
+    form = OperatorTokenForm
+    shown_once_template = "admin/tasks_app/operatortoken/issued.html"
+    list_display = ["prefix", "name", "user", "created_at", "last_used_at", "revoked_at"]
+    list_filter = [("revoked_at", admin.EmptyFieldListFilter)]
+    search_fields = ["name", "prefix", "user__username"]
+    readonly_fields = ["user", "name", "prefix", "created_at", "last_used_at", "revoked_at"]
+    actions = ["revoke"]
+    audit_actions = {"add": AuditAction.OPERATOR_TOKEN_CREATE}
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
+        qs = admin.ModelAdmin.get_queryset(self, request)  # by user, not by tenant
+        return qs if request.user.is_superuser else qs.filter(user=request.user.pk)
+
+    def formfield_for_foreignkey(self, db_field: Any, request: HttpRequest, **kwargs: Any) -> Any:
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk or 0)
+        return admin.ModelAdmin.formfield_for_foreignkey(self, db_field, request, **kwargs)
+
+    def get_fields(self, request: HttpRequest, obj: Any = None) -> Any:
+        return ["user", "name"] if obj is None else self.readonly_fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Any = None) -> list[str]:
+        return [] if obj is None else list(self.readonly_fields)
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def save_model(self, request: HttpRequest, obj: Any, form: Any, change: bool) -> None:
+        if not change:
+            self.show_once(request, tokens.fill(obj, prefix=tokens.OPERATOR_TOKEN_PREFIX))
+        super().save_model(request, obj, form, change)
+
+    def shown_once_title(self, obj: Any) -> str:
+        return f"New operator token {obj.name!r} of {obj.user}"
+
+    def audit_of(self, obj: Any) -> tuple[int | None, str]:
+        return None, f"user:{obj.user.get_username()}"
+
+    @admin.action(description="Revoke the selected tokens", permissions=["change"])
+    def revoke(self, request: HttpRequest, queryset: QuerySet[OperatorToken]) -> None:
+        who = audit.Who.of(request)
+        with transaction.atomic():
+            revoked = [
+                row
+                for token in queryset.filter(revoked_at__isnull=True).select_related("user")
+                for row in tokens.revoke_operator_tokens(token.user, name=token.name)
+            ]
+            for row in revoked:
+                audit.record(who, AuditAction.OPERATOR_TOKEN_REVOKE,
+                             target=f"user:{row.user.get_username()}", via="admin",
+                             name=row.name, prefix=row.prefix)  # fmt: skip
+        self.message_user(request, f"Revoked {len(revoked)} token(s).")
 
 
 class EventInline(History, admin.TabularInline[TaskEvent, Task]):

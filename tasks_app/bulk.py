@@ -30,7 +30,8 @@ from django.db import transaction
 from django.utils import timezone
 
 from elicitations.selectors import overdue_task_ids
-from tasks_app import audit, listing, operators, runtime, selectors, transitions
+from tasks_app import audit, listing, operators, rerun, runtime, selectors, transitions
+from tasks_app.acceptance import AcceptanceError
 from tasks_app.listing import ListCursor, Outcome, TaskFilters
 from tasks_app.listing.query import DEFAULT_SORT, moment_of
 from tasks_app.models import (
@@ -55,8 +56,16 @@ SAMPLE = 20  # rows the dry run shows
 CONFIRM_OVER = 100  # past this many tasks, the operator types the count
 MAX_TASKS = 100_000  # a bulk action matches at most this many tasks: narrow the filter
 BULK_ACTION_JOB = "bulk_action_job"
-PERMISSION = {BulkKind.CANCEL: operators.CANCEL_TASKS, BulkKind.SETTLE: operators.RECONCILE_EFFECTS}
-AUDIT_ACTION = {BulkKind.CANCEL: AuditAction.BULK_CANCEL, BulkKind.SETTLE: AuditAction.BULK_SETTLE}
+PERMISSION = {
+    BulkKind.CANCEL: operators.CANCEL_TASKS,
+    BulkKind.SETTLE: operators.RECONCILE_EFFECTS,
+    BulkKind.RERUN: operators.RERUN_TASKS,
+}
+AUDIT_ACTION = {
+    BulkKind.CANCEL: AuditAction.BULK_CANCEL,
+    BulkKind.SETTLE: AuditAction.BULK_SETTLE,
+    BulkKind.RERUN: AuditAction.BULK_RERUN,
+}
 # The task columns a bulk action reads (the list's order and what a dry run's rows show).
 FIELDS = listing.RECORD_FIELDS
 
@@ -76,11 +85,18 @@ def may(user: Any, kind: str) -> bool:
 
 def applies(kind: str, filters: TaskFilters) -> str:
     """Why KIND does not apply to the list FILTERS make ("" when it does). Settling needs the
-    attention list or the unknown-effect outcome: the tasks waiting on an operator's word."""
+    attention list or the unknown-effect outcome: the tasks waiting on an operator's word;
+    running again, a list of finished tasks (a final status, or a completed outcome)."""
     if kind == BulkKind.SETTLE and not (
         filters.attention or filters.outcome == Outcome.UNKNOWN_EFFECT
     ):
         return "Settle all matching applies to the Needs attention list (or the unknown-effect outcome)."
+    if kind == BulkKind.RERUN and not (
+        filters.status in TERMINAL_STATUSES or filters.outcome in (Outcome.OK, Outcome.TOOL_ERROR)
+    ):
+        return (
+            "Run all matching again applies to a list of finished tasks: filter by a final status."
+        )
     return ""
 
 
@@ -114,7 +130,7 @@ def preview(*, user: Any, kind: str, filters: TaskFilters, tenant: str = "") -> 
     matched = 0
     allowed = _Allowed(user, kind)
     for batch, _ in _pages(user=user, filters=filters, until=until, tenant=tenant):
-        unknown = _unknown_effects(batch) if kind == BulkKind.SETTLE else {}
+        unknown = _waiting_effects(kind, batch)
         for task in batch:
             matched += 1
             if matched > MAX_TASKS:
@@ -147,6 +163,7 @@ def start(
     from_shell: bool = False,
     happened: bool | None = None,
     note: str = "",
+    reuse: bool | None = None,
     queue: bool = True,
 ) -> BulkAction:
     """Record the bulk action and its audit entry, and (QUEUE) hand it to a control job once
@@ -163,11 +180,14 @@ def start(
             expected=expected,
             happened=happened,
             note=note,
+            reuse=reuse,
             touched_at=timezone.now(),
         )
         detail: dict[str, Any] = {"query": bulk.query, "expected": expected}
         if kind == BulkKind.SETTLE:
             detail.update(happened=happened, note=note)
+        if kind == BulkKind.RERUN:
+            detail.update(reuse=reuse)
         audit.record(who, AUDIT_ACTION[BulkKind(kind)], target=f"bulk:{bulk.pk}", **detail)
         if queue:
             transaction.on_commit(lambda: enqueue(bulk.pk))
@@ -202,11 +222,14 @@ def run(bulk_id: int, *, seconds: float | None = None) -> bool:
                    cursor=cursor)  # fmt: skip
     at = bulk.cursor
     for batch, following in pages:
+        # A run again is accepted in a transaction of its own (acceptance commits): before the
+        # batch's. Its key names this action, so a batch done again finds the tasks it made.
+        ran = _run_again(bulk, batch, allowed, user) if bulk.kind == BulkKind.RERUN else {}
         with transaction.atomic():
             bulk = BulkAction.objects.select_for_update().get(pk=bulk_id)
             if bulk.cursor != at or bulk.finished:
                 return True  # another run of the job (one the sweeper queued) went on with it
-            _apply(bulk, batch, allowed, user)
+            _apply(bulk, batch, allowed, user, ran)
             bulk.cursor = following.encode() if following else ""
             bulk.touched_at = timezone.now()
             bulk.save(update_fields=["matched", "done", "skipped", "refused", "cursor",
@@ -218,6 +241,12 @@ def run(bulk_id: int, *, seconds: float | None = None) -> bool:
             return False
     _finish(BulkAction.objects.get(pk=bulk_id), BulkState.DONE)
     return True
+
+
+def may_see(user: Any, action: BulkAction) -> bool:
+    """Who sees a bulk action's progress and record: the operator who started it, and
+    superusers (one started from a shell: superusers only)."""
+    return bool(user.is_superuser or (action.user_id == user.pk and not action.from_shell))
 
 
 def revive_stalled(*, now: datetime | None = None) -> int:
@@ -314,6 +343,22 @@ def _unknown_effects(tasks: list[Task]) -> dict[str, list[Effect]]:
     return found
 
 
+def _waiting_effects(kind: str, tasks: list[Task]) -> dict[str, list[Effect]]:
+    """The effects KIND looks at: for settling, those waiting on an operator's word; for a
+    run again, those whose outcome nobody knows (they block it)."""
+    if kind == BulkKind.SETTLE:
+        return _unknown_effects(tasks)
+    if kind == BulkKind.RERUN:
+        found: dict[str, list[Effect]] = {}
+        effects = Effect.objects.filter(
+            task_id__in=[t.pk for t in tasks], state__in=rerun.UNSETTLED
+        )
+        for effect in effects:
+            found.setdefault(effect.task_id, []).append(effect)
+        return found
+    return {}
+
+
 def _judge(
     kind: str, task: Task, allowed: _Allowed, unknown: dict[str, list[Effect]]
 ) -> tuple[str, str]:
@@ -324,18 +369,34 @@ def _judge(
         if task.is_terminal:
             return BulkItemOutcome.SKIPPED, f"already {task.status}"
         return BulkItemOutcome.DONE, ""
+    if kind == BulkKind.RERUN:
+        if not task.is_terminal:
+            return BulkItemOutcome.SKIPPED, f"not finished ({task.status})"
+        if unknown.get(task.pk):
+            return BulkItemOutcome.SKIPPED, "an effect may or may not have happened: settle it"
+        return BulkItemOutcome.DONE, ""
     if not unknown.get(task.pk):
         return BulkItemOutcome.SKIPPED, "no effect waits on an operator"
     return BulkItemOutcome.DONE, ""
 
 
-def _apply(bulk: BulkAction, tasks: list[Task], allowed: _Allowed, user: Any) -> None:
-    """Act on one batch (inside the batch's transaction), counting on BULK."""
+def _apply(
+    bulk: BulkAction,
+    tasks: list[Task],
+    allowed: _Allowed,
+    user: Any,
+    ran: dict[str, tuple[str, str]],
+) -> None:
+    """Act on one batch (inside the batch's transaction), counting on BULK; RAN: what
+    ``_run_again`` did to each task of it."""
     unknown = _unknown_effects(tasks) if bulk.kind == BulkKind.SETTLE else {}
     items = []
     for task in tasks:
-        outcome, reason = _judge(bulk.kind, task, allowed, unknown)
-        if outcome == BulkItemOutcome.DONE:
+        if bulk.kind == BulkKind.RERUN:
+            outcome, reason = ran[task.pk]
+        else:
+            outcome, reason = _judge(bulk.kind, task, allowed, unknown)
+        if outcome == BulkItemOutcome.DONE and bulk.kind != BulkKind.RERUN:
             if bulk.kind == BulkKind.CANCEL:
                 outcome, reason = _cancel(bulk, task)
             else:
@@ -349,6 +410,28 @@ def _apply(bulk: BulkAction, tasks: list[Task], allowed: _Allowed, user: Any) ->
         else:
             bulk.refused += 1
     BulkActionTask.objects.bulk_create(items, ignore_conflicts=True)
+
+
+def _run_again(
+    bulk: BulkAction, tasks: list[Task], allowed: _Allowed, user: Any
+) -> dict[str, tuple[str, str]]:
+    """Run each of TASKS again that may be (outside any transaction: each acceptance commits)."""
+    waiting = _waiting_effects(BulkKind.RERUN, tasks)
+    who = audit.Who(None if bulk.from_shell else user, bulk.actor)
+    done: dict[str, tuple[str, str]] = {}
+    for task in tasks:
+        outcome, reason = _judge(BulkKind.RERUN, task, allowed, waiting)
+        if outcome == BulkItemOutcome.DONE:
+            reuse = bulk.reuse if bulk.reuse is not None else rerun.reuses_by_default(task)
+            key = rerun.derived_key(task, suffix=f"~bulk-{bulk.pk}")
+            try:
+                new = rerun.run_again(task, reuse=reuse, who=who, key=key, bulk=bulk.pk)
+            except (rerun.NotRerunnable, AcceptanceError) as exc:
+                outcome, reason = BulkItemOutcome.SKIPPED, str(exc)[:300]
+            else:
+                reason = f"ran again as {new.pk}"
+        done[task.pk] = (outcome, reason)
+    return done
 
 
 def _cancel(bulk: BulkAction, task: Task) -> tuple[str, str]:

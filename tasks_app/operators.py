@@ -92,6 +92,7 @@ CANCEL_TASKS = "tasks_app.cancel_task"
 RECONCILE_EFFECTS = "tasks_app.reconcile_effect"
 RESEND_WEBHOOKS = "tasks_app.resend_outboxmessage"
 VIEW_AUDIT = "tasks_app.view_auditentry"
+RERUN_TASKS = "tasks_app.rerun_task"
 
 # name -> (model, description) of the permissions the roles are made of.
 PERMISSIONS: dict[str, tuple[str, str]] = {
@@ -102,6 +103,7 @@ PERMISSIONS: dict[str, tuple[str, str]] = {
     RECONCILE_EFFECTS: ("effect", "Can reconcile effects whose outcome is unknown"),
     RESEND_WEBHOOKS: ("outboxmessage", "Can send a webhook again"),
     VIEW_AUDIT: ("auditentry", "Can view audit entry"),
+    RERUN_TASKS: ("task", "Can run a finished task again"),
 }
 VIEWER, ANSWERER, OPERATOR = "viewer", "answerer", "operator"
 ROLES: dict[str, tuple[str, ...]] = {
@@ -115,6 +117,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         RECONCILE_EFFECTS,
         RESEND_WEBHOOKS,
         VIEW_AUDIT,
+        RERUN_TASKS,
     ),
 }
 

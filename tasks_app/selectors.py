@@ -96,14 +96,17 @@ def task_get_for_operator(*, user: Any, task_id: str, permission: str = "") -> T
     return task
 
 
-def effect_get_for_reconcile(*, user: Any, task_id: str, effect_id: int) -> Effect:
-    """Return effect EFFECT_ID of task TASK_ID if USER may reconcile it.
+def effect_get_for_reconcile(
+    *, user: Any, task_id: str, effect_id: int | None = None, seq: int | None = None
+) -> Effect:
+    """Return effect EFFECT_ID (or number SEQ) of task TASK_ID if USER may reconcile it.
 
     Raise TaskNotFound for a task USER may not see or an effect of another task, and
     NotPermitted for a user without the right to reconcile effects.
     """
     task = task_get_for_operator(user=user, task_id=task_id, permission=operators.RECONCILE_EFFECTS)
-    effect = Effect.objects.filter(task=task, pk=effect_id).first()
+    which = {"pk": effect_id} if seq is None else {"seq": seq}
+    effect = Effect.objects.filter(task=task, **which).first()
     if effect is None:
         raise TaskNotFound(task_id)
     effect.task = task
@@ -344,6 +347,18 @@ def timeline_of(task: Task, *, before: int | None, page: int) -> tuple[list[Task
 
 
 # --- the console's deliveries page ------------------------------------------------------------
+
+
+def visible_or_none(user: Any, task_id: str | None) -> Task | None:
+    """Task TASK_ID if USER may see it, else None (a link to it is left out)."""
+    if not task_id:
+        return None
+    return tasks_visible_to(user).filter(pk=task_id).first()
+
+
+def reruns_of(user: Any, task: Task) -> list[Task]:
+    """The tasks that ran TASK again (that USER may see), oldest first."""
+    return list(tasks_visible_to(user).filter(rerun_of=task).order_by("created_at", "id"))
 
 
 def client_get_for_operator(*, user: Any, client_id: int) -> Client:

@@ -1,4 +1,5 @@
-"""Client bearer tokens: generated from the OS CSPRNG, stored only as a keyed hash.
+"""Bearer tokens, of MCP clients (``tdk_``) and of operators for /api/ (``tdo_``): generated
+from the OS CSPRNG, stored only as a keyed hash.
 
 A token carries 256 random bits, so a fast keyed hash (HMAC-SHA-256 through Django's
 ``salted_hmac``) is the right tool: nothing to brute-force, and lookups stay one indexed
@@ -10,14 +11,19 @@ from __future__ import annotations
 import secrets
 import threading
 import time
+from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.utils import timezone
 from django.utils.crypto import salted_hmac
 
-from tasks_app.models import Client, ClientToken
+from tasks_app.models import Client, ClientToken, OperatorToken
 
 TOKEN_PREFIX = "tdk_"
+OPERATOR_TOKEN_PREFIX = "tdo_"
+# How stale an operator token's last_used_at may get: a request writes it at most this often.
+LAST_USED_EVERY = timedelta(minutes=1)
 _SALT = "taskdesk.client-token"
 
 
@@ -33,11 +39,11 @@ def issue(client: Client) -> str:
     return token
 
 
-def fill(row: ClientToken) -> str:
+def fill(row: ClientToken | OperatorToken, *, prefix: str = TOKEN_PREFIX) -> str:
     """Give ROW (not saved yet) a new token's hash and prefix, and return the token."""
-    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    token = prefix + secrets.token_urlsafe(32)
     row.token_hash = hash_token(token)
-    row.prefix = token[: len(TOKEN_PREFIX) + 6]
+    row.prefix = token[: len(prefix) + 6]
     return token
 
 
@@ -87,3 +93,52 @@ def client_for_token(token: str) -> Client | None:
                 _recent.clear()
             _recent[digest] = (now, row.client)
     return row.client
+
+
+# --- operator tokens --------------------------------------------------------------------------
+# Looked up on every request to /api/ and never remembered, so a revocation holds at once (the
+# API's traffic is an operator's, not every MCP call's).
+
+
+class TokenNameTaken(ValueError):
+    """The user already has a live token of that name."""
+
+
+def issue_operator_token(user: Any, name: str) -> tuple[OperatorToken, str]:
+    """Create a new operator token NAME of USER and return it with the token; only its hash is
+    kept. Raise TokenNameTaken if USER has a live token of that name."""
+    if OperatorToken.objects.filter(user=user, name=name, revoked_at__isnull=True).exists():
+        raise TokenNameTaken(f"{user.get_username()} already has a token named {name!r}")
+    row = OperatorToken(user=user, name=name)
+    token = fill(row, prefix=OPERATOR_TOKEN_PREFIX)
+    row.save()
+    return row, token
+
+
+def operator_token_of(token: str) -> OperatorToken | None:
+    """The operator token TOKEN is, revoked or not, with its user; None for anything else."""
+    if not token.startswith(OPERATOR_TOKEN_PREFIX) or len(token) > 200:
+        return None
+    rows = OperatorToken.objects.select_related("user")
+    return rows.filter(token_hash=hash_token(token)).first()
+
+
+def mark_used(row: OperatorToken, *, now: datetime | None = None) -> None:
+    """Note that ROW was used now, if its last use is older than LAST_USED_EVERY."""
+    now = now or timezone.now()
+    if row.last_used_at is None or now - row.last_used_at >= LAST_USED_EVERY:
+        OperatorToken.objects.filter(pk=row.pk).update(last_used_at=now)
+        row.last_used_at = now
+
+
+def revoke_operator_tokens(user: Any, *, name: str | None = None) -> list[OperatorToken]:
+    """Revoke USER's live operator tokens (only the one named NAME, when given); return them."""
+    live = OperatorToken.objects.filter(user=user, revoked_at__isnull=True)
+    if name is not None:
+        live = live.filter(name=name)
+    rows = list(live.select_for_update().order_by("pk"))
+    now = timezone.now()
+    OperatorToken.objects.filter(pk__in=[row.pk for row in rows]).update(revoked_at=now)
+    for row in rows:
+        row.revoked_at = now
+    return rows

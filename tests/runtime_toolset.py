@@ -346,3 +346,21 @@ def loses_lease_in_effect(ctx: ToolContext, how: str = "taken_over") -> str:
                 leased.update(lease_expires_at=past)
             fx.record(charge_id="ch_1")
     return "unreachable"
+
+
+@tools.tool(task="required")
+def refund_then_receipt(ctx: ToolContext, payment_id: str, receipt_down_flag: str) -> str:
+    """A refund through the demo provider (an effect), then a receipt (a step) that fails
+    while RECEIPT_DOWN_FLAG exists: the task fails after its effect applied."""
+    from tasks_app.tools.toolsets.demo.tools import issue_refund
+
+    with ctx.effect("refund", target=payment_id) as fx:
+        if not fx.done:
+            issue_refund(key=fx.key, payment_id=payment_id, amount_cents=500, reason="rerun test")
+
+    def receipt() -> str:
+        if os.path.exists(receipt_down_flag):
+            raise ConnectionRefusedError("the receipt service is down")
+        return f"receipt for {payment_id}"
+
+    return ctx.step("receipt", receipt)

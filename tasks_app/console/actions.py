@@ -6,16 +6,15 @@ from functools import partial
 
 from django.contrib import messages
 from django.core.exceptions import PermissionDenied
-from django.db import transaction
 from django.http import HttpResponse
 from django.shortcuts import redirect, render
 from django.views.decorators.http import require_http_methods, require_POST
 from django_htmx.http import reswap, retarget
 
-from tasks_app import audit, operators, runtime, selectors, transitions
+from tasks_app import audit, operations, operators, runtime, selectors
 from tasks_app.console.pages import not_found, task_or_404
 from tasks_app.console.task_page import task_page
-from tasks_app.models import Actor, AuditAction, AuditOutcome, Effect, EffectState, Task
+from tasks_app.models import AuditAction, AuditOutcome, Effect, EffectState, Task
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 
@@ -29,17 +28,10 @@ def task_cancel(request: HtmxHttpRequest, task_id: str) -> HttpResponse:
             "tasks_app/_cancel_confirm.html" if request.htmx else "tasks_app/task_cancel.html"
         )
         return render(request, template, {"task": task, "nav": "tasks"})
-    who = audit.Who.of(request)
-    if task.is_terminal:
-        # Nothing to stop: the request is refused before it reaches the timeline.
-        why = f"The task has already ended ({task.status})."
-        audit.record(who, AuditAction.TASK_CANCEL, tenant=task.client.tenant_id,
-                     target=f"task:{task.pk}", outcome=AuditOutcome.REFUSED, reason=why)  # fmt: skip
-        return _refused(request, task, why)
-    with transaction.atomic():
-        transitions.request_cancel(task_id=task.pk, actor_type=Actor.OPERATOR, actor=who.actor)
-        audit.record(who, AuditAction.TASK_CANCEL, tenant=task.client.tenant_id,
-                     target=f"task:{task.pk}")  # fmt: skip
+    try:
+        operations.cancel_task(task, audit.Who.of(request))
+    except operations.Ended as exc:  # nothing to stop: refused before it reaches the timeline
+        return _refused(request, task, str(exc))
     task = task_or_404(request, task_id)
     if request.htmx:
         return task_page(request, task)
@@ -88,13 +80,8 @@ def effect_reconcile(request: HtmxHttpRequest, task_id: str, effect_id: int) -> 
     if confirm != "yes":
         return _reconcile_confirm(request, effect, happened, note)
     try:
-        with transaction.atomic():
-            runtime.reconcile_effect(
-                effect_id=effect.pk, happened=happened, user=request.user, note=note
-            )
-            settled()
+        operations.settle_effect(effect, who, happened=happened, note=note)
     except runtime.NotReconcilable as exc:
-        settled(outcome=AuditOutcome.REFUSED, reason=str(exc))
         return _refused(request, effect.task, str(exc))
     task = task_or_404(request, task_id)
     if request.htmx:

@@ -27,7 +27,9 @@ from tasks_app.operators import HtmxHttpRequest, change_token, operator_login_re
 NOT_PERMITTED = {
     BulkKind.CANCEL: "Your role does not allow cancelling tasks.",
     BulkKind.SETTLE: "Your role does not allow settling effects.",
+    BulkKind.RERUN: "Your role does not allow running tasks again.",
 }
+REUSE = {"default": None, "yes": True, "no": False}
 ITEMS_SHOWN = 500  # the tasks a bulk action's page lists (the count says how many in all)
 
 
@@ -83,11 +85,15 @@ def _start(
             errors.append("Choose It happened or It did not happen.")
         if not note:
             errors.append("A note is required: write what you checked and what you found.")
+    reuse = request.POST.get("reuse", "default")
+    if kind == BulkKind.RERUN and reuse not in REUSE:
+        errors.append("Choose whether the new tasks reuse what happened.")
     if errors or until is None:
         context.update(errors=errors, note=note, happened=request.POST.get("happened", ""))
         return render(request, "tasks_app/bulk_confirm.html", context, status=400)
     action = bulk.start(audit.Who.of(request), kind=kind, filters=filters, until=until,
-                        expected=int(expected), happened=happened, note=note)  # fmt: skip
+                        expected=int(expected), happened=happened, note=note,
+                        reuse=REUSE.get(reuse))  # fmt: skip
     return redirect("bulk_detail", bulk_id=action.pk)
 
 
@@ -104,7 +110,7 @@ def _moment(text: str) -> datetime | None:
 def bulk_detail(request: HtmxHttpRequest, bulk_id: int) -> HttpResponse:
     """A bulk action's progress while it runs, then its record: every task it touched."""
     action = BulkAction.objects.filter(pk=bulk_id).first()
-    if action is None or not _may_see(request, action):
+    if action is None or not bulk.may_see(request.user, action):
         raise Http404("No such bulk action.")
     version = change_token(action.state, action.handled, action.touched_at)
     if request.htmx and request.GET.get("since") == version:
@@ -123,12 +129,6 @@ def bulk_detail(request: HtmxHttpRequest, bulk_id: int) -> HttpResponse:
     if request.htmx:
         template += "#progress"
     return render(request, template, context)
-
-
-def _may_see(request: HtmxHttpRequest, action: BulkAction) -> bool:
-    """The operator who started it sees it, and superusers (a shell's: superusers only)."""
-    user = request.user
-    return bool(user.is_superuser or (action.user_id == user.pk and not action.from_shell))
 
 
 def _percent(action: BulkAction) -> int:

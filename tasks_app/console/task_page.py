@@ -94,6 +94,10 @@ def task_page(
         and not task.is_terminal
         and task.cancel_requested_at is None,
         "can_reconcile": operators.may(user, operators.RECONCILE_EFFECTS, task.client.tenant_id),
+        "can_rerun": task.is_terminal
+        and operators.may(user, operators.RERUN_TASKS, task.client.tenant_id),
+        "rerun_of": selectors.visible_or_none(user, task.rerun_of_id),
+        "reruns": selectors.reruns_of(user, task),
         "reconcile_errors": reconcile_errors or {},
         "reconcile_notes": reconcile_notes or {},
         "notice": notice,

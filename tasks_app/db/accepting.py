@@ -5,6 +5,7 @@ New rows are inserted as ``working``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
@@ -65,12 +66,18 @@ SELECT old_task.*, NULL FROM old_task
 
 
 def insert_or_get_in_transaction(
-    task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+    task: Task,
+    *,
+    actor: str,
+    carrier: str | None,
+    journal: list[dict[str, Any]],
+    also: Callable[[Task], None] | None = None,
 ) -> Accepted | Existing:
     """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless the
-    client's idempotency key already names a task; then return that one. Commits before it
-    returns (``durable``: never inside a caller's transaction). In a transaction: SQLite's
-    IMMEDIATE transactions serialize writers."""
+    client's idempotency key already names a task; then return that one. ALSO, given the new
+    task, writes what must be committed with it (a run again's effects and links). Commits
+    before it returns (``durable``: never inside a caller's transaction). In a transaction:
+    SQLite's IMMEDIATE transactions serialize writers."""
     for _attempt in range(3):
         with transaction.atomic(durable=True):
             try:
@@ -106,15 +113,24 @@ def insert_or_get_in_transaction(
                 JournalEntry(task=task, **{k: e[k] for k in ("seq", "kind", "name", "outcome")})
                 for e in journal
             )
+            if also is not None:
+                also(task)
         return Accepted(task, record.pk)
     raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
 
 
 def insert_or_get_postgresql(
-    task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+    task: Task,
+    *,
+    actor: str,
+    carrier: str | None,
+    journal: list[dict[str, Any]],
+    also: Callable[[Task], None] | None = None,
 ) -> Accepted | Existing:
-    if journal:  # rare (escalated synchronous calls): the transaction form
-        return insert_or_get_in_transaction(task, actor=actor, carrier=carrier, journal=journal)
+    if journal or also:  # rare (escalated synchronous calls, runs again): the transaction form
+        return insert_or_get_in_transaction(
+            task, actor=actor, carrier=carrier, journal=journal, also=also
+        )
     db = connections[DEFAULT_DB_ALIAS]
     columns = rows.task_columns()
     params = {c.name: c.value(task, db) for c in columns}

@@ -10,6 +10,7 @@ only name which function is which operation, so a call costs no more than the fu
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from functools import cache
 from typing import Any, Protocol
@@ -30,11 +31,18 @@ class Backend(Protocol):
 
     # --- accepting ------------------------------------------------------------------------
     def insert_or_get(
-        self, task: Task, *, actor: str, carrier: str | None, journal: list[dict[str, Any]]
+        self,
+        task: Task,
+        *,
+        actor: str,
+        carrier: str | None,
+        journal: list[dict[str, Any]],
+        also: Callable[[Task], None] | None = None,
     ) -> Accepted | Existing:
         """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless
-        the client's idempotency key already names a task; then return that one. Committed
-        when it returns (never inside a caller's transaction)."""
+        the client's idempotency key already names a task; then return that one. ALSO writes
+        what must be committed with a new task. Committed when it returns (never inside a
+        caller's transaction)."""
         ...
 
     # --- claiming and leases --------------------------------------------------------------

@@ -6,7 +6,8 @@ One module a subject: ``clients`` (tenants, clients, tokens), ``tasks`` (the tas
 statuses and its timeline), ``work`` (journal, effects, dispatch records, workers), ``records``
 (the purge's archive, 2025 sessions and replies), ``outbox`` (webhook
 endpoints, messages and their attempts) ``audit`` (the operators' actions), ``bulk`` (actions on
-every task of a filtered list) and ``views`` (saved task lists).
+every task of a filtered list), ``views`` (saved task lists) and ``operator_tokens`` (the
+operators' bearer tokens for /api/).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from tasks_app.models.clients import (
     Membership,
     Tenant,
 )
+from tasks_app.models.operator_tokens import OperatorToken
 from tasks_app.models.outbox import (
     Channel,
     DeliveryAttempt,
@@ -93,6 +95,7 @@ __all__ = [
     "McpReply",
     "McpSession",
     "Membership",
+    "OperatorToken",
     "OutboxMessage",
     "PurgedTask",
     "SavedView",

@@ -10,6 +10,7 @@ from django.db import models
 class BulkKind(models.TextChoices):
     CANCEL = "cancel", "Cancel all matching"
     SETTLE = "settle", "Settle all matching"
+    RERUN = "rerun", "Run all matching again"
 
 
 class BulkState(models.TextChoices):
@@ -55,6 +56,9 @@ class BulkAction(models.Model):
     # Settle all matching: the decision and the note applied to every unknown effect.
     happened = models.BooleanField(null=True, blank=True)
     note = models.TextField(blank=True)
+    # Run all matching again: whether each new task reuses what its original recorded (None:
+    # each task's default, reuse when it failed or was cancelled).
+    reuse = models.BooleanField(null=True, blank=True)
     matched = models.IntegerField(default=0)
     done = models.IntegerField(default=0)
     skipped = models.IntegerField(default=0)

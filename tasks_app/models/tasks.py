@@ -83,6 +83,16 @@ class Task(models.Model):
     # message once it ends (in the statement that ends it).
     # Summed per client for TASKDESK_MAX_STORED_BYTES_PER_CLIENT (``tasks_app.storage``).
     stored_bytes = models.BigIntegerField(default=0)
+    # "Run again": the finished task this one runs again (tasks_app.rerun), and so the
+    # original's ``reruns``. Indexed by task_rerun_of (few tasks have one).
+    rerun_of = models.ForeignKey(
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="reruns",
+        db_index=False,
+    )
 
     class Meta:
         constraints = [
@@ -149,6 +159,10 @@ class Task(models.Model):
                 condition=Q(lease_expires_at__isnull=False),
                 name="task_leased",
             ),
+            # A task's reruns (the task page's "ran again as"); NULL for nearly every task.
+            models.Index(
+                fields=["rerun_of"], condition=Q(rerun_of__isnull=False), name="task_rerun_of"
+            ),
             # On PostgreSQL only (migration 0015, not declared here because SQLite cannot build
             # them): trigram indexes for the console's substring search of idempotency keys and
             # status messages (task_key_trgm, task_message_trgm), and the finished tasks by
@@ -208,6 +222,9 @@ class EventKind(models.TextChoices):
     INPUT_ANSWER_REFUSED = "input_answer_refused"
     INPUT_EXPIRED = "input_expired"
     INPUT_CLOSED = "input_closed"
+    # run again (tasks_app.rerun): on the original, and on the task that runs it again
+    RAN_AGAIN = "ran_again"
+    RUN_AGAIN_FROM = "run_again_from"
     # webhooks (tasks_app.webhooks)
     WEBHOOK_UNDELIVERED = "webhook_undelivered"
     # messages to the people who answer (elicitations.notices)

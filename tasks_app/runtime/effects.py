@@ -98,6 +98,20 @@ class Compensation:
     hook: Callable[[str], None]
 
 
+# In the detail of an effect a run again took over from the task it runs again (tasks_app.rerun):
+# that task's id, the effect's seq there, and its downstream key, which the effect keeps.
+REUSED = "reused"
+
+
+def key_of(row: Effect) -> str:
+    """The downstream key of ROW's effect: its own, or, for an effect a run again took over,
+    the one it happened with (so verify and compensate hooks ask about the real one)."""
+    reused = row.detail.get(REUSED)
+    return (
+        str(reused["key"]) if isinstance(reused, dict) and reused.get("key") else row.downstream_key
+    )
+
+
 class EffectScope(EffectHandle):
     """The context manager ``ctx.effect`` returns; it is also the ``fx`` handle."""
 
@@ -139,7 +153,7 @@ class EffectScope(EffectHandle):
             self.entry = entry
             with ctx.shielded():
                 self.row = Effect.objects.get(task_id=ctx.task_id, seq=entry.seq)
-            self.key = self.row.downstream_key
+            self.key = key_of(self.row)
             if self._retry_due():
                 pass  # the body runs again, with the same key
             else:

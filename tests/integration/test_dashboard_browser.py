@@ -22,10 +22,19 @@ from django.utils import timezone
 from tasks_app import audit, bulk, transitions
 from tasks_app.clients import client_get_or_create
 from tasks_app.listing import TaskFilters
-from tasks_app.models import AuditAction, AuditOutcome, Effect, Status, Task, TaskEvent
+from tasks_app.models import (
+    AuditAction,
+    AuditOutcome,
+    Effect,
+    JournalEntry,
+    Status,
+    Task,
+    TaskEvent,
+)
 from tests.integration.test_inbox_browser import Browser, csrf, mcp
 from tests.integration.worker_helpers import leg_pid
 from tests.live import kill, wait_for
+from tests.runtime_toolset import RUNTIME_TOOLSETS
 from tests.services import chromium_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
@@ -48,7 +57,10 @@ NOTICE_SECONDS = 8
 def stack(django_db_setup, django_db_blocker) -> Iterator[Any]:  # type: ignore[no-untyped-def]
     from tests.live import live_stack
 
-    env = {"TASKDESK_DEMO_NOTICE_SECONDS": str(NOTICE_SECONDS)}
+    env = {
+        "TASKDESK_DEMO_NOTICE_SECONDS": str(NOTICE_SECONDS),
+        "TASKDESK_TOOLSETS": ",".join(RUNTIME_TOOLSETS),  # refund_then_receipt, for Run again
+    }
     with django_db_blocker.unblock(), live_stack(env=env) as running:
         yield running
 
@@ -333,6 +345,48 @@ def test_300_tasks_of_one_client_are_cancelled_in_bulk_with_their_count_typed(
     assert event.actor == "olga" and event.detail["bulk"] > 0
 
 
+def test_a_refund_whose_receipt_failed_is_run_again_without_refunding_twice(
+    browser, stack, make_user, token, tmp_path, settings
+) -> None:
+    """The issue's run-again check: the refund (an effect, through the demo provider)
+    applied, the receipt step failed; Run again with reuse completes, the provider saw one
+    refund call; both tasks link to each other; the confirmation names the effect that would
+    happen again without reuse."""
+    from playwright.sync_api import expect
+
+    from tasks_app.tools.toolsets.demo.models import DemoRefund
+
+    settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
+    make_user("olga")
+    flag = tmp_path / "receipt-down"
+    flag.touch()
+    task_id = call(stack, token, "refund_then_receipt", "refund-77", payment_id="pay_77",
+                   receipt_down_flag=str(flag))  # fmt: skip
+    wait_for("the receipt step to fail",
+             lambda: Task.objects.filter(pk=task_id, is_error=True).exists(), timeout=30)  # fmt: skip
+    flag.unlink()  # the receipt service is back
+
+    page = log_in(browser, stack, "olga")
+    page.goto(f"{stack.url}/tasks/{task_id}/")
+    page.locator("#rerun-open").click()
+    expect(page.locator("#rerun-again-effects")).to_contain_text(
+        "refund (pay_77) will happen again"
+    )
+    expect(page.get_by_label("Reuse what happened", exact=False)).to_be_checked()
+    page.get_by_role("button", name="Run again").click()
+
+    again = Task.objects.get(rerun_of_id=task_id)
+    page.wait_for_url(f"{stack.url}/tasks/{again.pk}/")
+    expect(page.locator("#task-status")).to_have_text("Completed", timeout=20_000)
+    expect(page.locator("#rerun-of")).to_contain_text(task_id)
+    refund = DemoRefund.objects.get()  # the provider's calls: 1 + refused_calls
+    assert refund.refused_calls == 0 and refund.payment_id == "pay_77"
+    again.refresh_from_db()
+    assert not again.is_error
+    page.goto(f"{stack.url}/tasks/{task_id}/")
+    expect(page.locator("#reruns")).to_contain_text(again.pk)
+
+
 def test_another_tenants_operator_never_sees_the_task(browser, stack, make_user, token) -> None:
     from playwright.sync_api import expect
 
@@ -526,6 +580,16 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
     expect(page.locator("#bulk-state")).to_contain_text("Finished")
     page.screenshot(path=str(out / "bulk-done.png"))
 
+    failed = Task.objects.filter(status=Status.FAILED, tool_name="refund_payment").first()
+    assert failed is not None
+    Effect.objects.create(task=failed, seq=0, name="refund", target="pay_4411",
+                          downstream_key=f"{failed.pk}:refund:0", state="confirmed")  # fmt: skip
+    JournalEntry.objects.create(task=failed, seq=0, kind="effect", name="refund",
+                                outcome={"key": f"{failed.pk}:refund:0"})  # fmt: skip
+    page.goto(f"{stack.url}/tasks/{failed.pk}/rerun/")
+    expect(page.locator("#rerun-confirm")).to_be_visible()
+    page.screenshot(path=str(out / "rerun-confirmation.png"))
+
     dark = log_in(browser, stack, "olga", color_scheme="dark")
     background = dark.evaluate("getComputedStyle(document.documentElement).backgroundColor")
     assert background == "rgb(13, 17, 23)"
@@ -533,9 +597,12 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
     dark.screenshot(path=str(out / "audit-dark.png"))
     dark.goto(f"{stack.url}/bulk/{action.pk}/")
     dark.screenshot(path=str(out / "bulk-done-dark.png"))
+    dark.goto(f"{stack.url}/tasks/{failed.pk}/rerun/")
+    dark.screenshot(path=str(out / "rerun-confirmation-dark.png"))
     for name in ("dashboard.png", "task-unknown-effect.png", "cancel-confirmation.png",
                  "audit.png", "audit-dark.png", "bulk-dry-run.png", "bulk-done.png",
-                 "bulk-done-dark.png"):  # fmt: skip
+                 "bulk-done-dark.png", "rerun-confirmation.png",
+                 "rerun-confirmation-dark.png"):  # fmt: skip
         assert (out / name).stat().st_size > 10_000
     Task.objects.filter(pk=running.pk).update(lease_owner="")
 

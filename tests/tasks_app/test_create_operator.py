@@ -119,5 +119,6 @@ def test_the_migration_created_the_three_groups(db) -> None:
         "viewer": {"view_task", "view_inputrequest"},
         "answerer": {"view_task", "view_inputrequest", "answer_inputrequest"},
         "operator": {"view_task", "view_inputrequest", "answer_inputrequest", "cancel_task",
-                     "reconcile_effect", "resend_outboxmessage", "view_auditentry"},
+                     "reconcile_effect", "resend_outboxmessage", "view_auditentry",
+                     "rerun_task"},
     }  # fmt: skip

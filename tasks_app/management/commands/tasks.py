@@ -1,32 +1,28 @@
-"""`manage.py tasks list|show|cancel|settle`: the console's task list, cancel and the
-settling of an unknown effect, from a shell.
+"""`manage.py tasks list|show|cancel|settle|rerun`: the console's task list, cancel, the
+settling of an unknown effect and run again, from a shell.
 
 The filters are the list's query keys (``--status``, ``--outcome``, ``--tool``, ``--client``,
 ``--q``, ``--from``, ``--to``, ``--attention``, ``--sort``), checked and applied by the same
 code as /tasks/, plus ``--tenant`` (a tenant's slug). Whoever runs manage.py holds the
 database's credentials, so the shell sees every tenant, as a superuser does on the pages; a
-cancellation or a settled effect is recorded in the task's timeline as the operator
-``manage.py`` (or ``--actor``).
+cancellation, a settled effect or a run again is recorded in the task's timeline and the audit
+log as the operator ``manage.py`` (or ``--actor``).
 """
 
 from __future__ import annotations
 
 import json
 from collections.abc import Iterator
-from functools import partial
 from itertools import islice
 from typing import Any
 
 from django.contrib.auth.models import User
 from django.core.management.base import BaseCommand, CommandError, CommandParser
-from django.db import transaction
 
 from elicitations.selectors import overdue_task_ids
-from tasks_app import audit, bulk, listing, runtime, selectors
+from tasks_app import audit, bulk, listing, operations, runtime, selectors
 from tasks_app.listing import Outcome, TaskFilters
 from tasks_app.models import (
-    AuditAction,
-    AuditOutcome,
     BulkKind,
     Effect,
     EffectState,
@@ -37,6 +33,11 @@ from tasks_app.models import (
 # The list's query keys, as options (``--from`` is ``created_from`` inside).
 FILTER_KEYS = ("status", "outcome", "tool", "client", "q", "from", "to", "sort")
 SAMPLE = 10  # the ids a dry run or a cancellation names
+# A bulk verb's report: the key of the tasks acted on, and of those left as they were.
+REPORT_KEYS = {
+    BulkKind.CANCEL: ("cancel_requested", "already_ended"),
+    BulkKind.RERUN: ("ran_again", "skipped"),
+}
 # Who the shell reads as: every tenant (or --tenant's alone), as a superuser does; who runs
 # manage.py holds the database's credentials.
 SHELL = User(is_superuser=True, is_active=True)
@@ -46,7 +47,9 @@ class Command(BaseCommand):
     help = "List, show and cancel tasks, with the filters of the console's task list."
 
     def add_arguments(self, parser: CommandParser) -> None:
-        verbs = parser.add_subparsers(dest="verb", required=True, metavar="list|show|cancel|settle")
+        verbs = parser.add_subparsers(
+            dest="verb", required=True, metavar="list|show|cancel|settle|rerun"
+        )
         listing_ = verbs.add_parser("list", help="the tasks the filters match, newest first")
         _filters(listing_)
         listing_.add_argument("--limit", type=int, default=50, help="at most this many (0: all)")
@@ -57,6 +60,21 @@ class Command(BaseCommand):
         _filters(cancel)
         cancel.add_argument("--dry-run", action="store_true", help="count, cancel nothing")
         cancel.add_argument(
+            "--actor", default="manage.py", help="who the timeline and the audit log name"
+        )
+        again = verbs.add_parser(
+            "rerun", help="run every matching finished task again, as Run all matching again does"
+        )
+        _filters(again)
+        again.add_argument("--dry-run", action="store_true", help="count, run nothing")
+        again.add_argument(
+            "--reuse",
+            choices=["default", "yes", "no"],
+            default="default",
+            help="replay what each task recorded (default: when it failed, was cancelled or "
+            "ended with a tool error)",
+        )
+        again.add_argument(
             "--actor", default="manage.py", help="who the timeline and the audit log name"
         )
         settle = verbs.add_parser(
@@ -82,8 +100,7 @@ class Command(BaseCommand):
             tasks, limit = _matching(options), options["limit"]
             self._list(tasks if limit <= 0 else islice(tasks, limit), as_json=options["json"])
         else:
-            self._cancel(options, dry_run=options["dry_run"], actor=options["actor"],
-                         as_json=options["json"])  # fmt: skip
+            self._bulk(BulkKind(verb), options)
 
     def _list(self, tasks: Iterator[Task], *, as_json: bool) -> None:
         for task in tasks:
@@ -118,36 +135,43 @@ class Command(BaseCommand):
             shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
             self.stdout.write(f"{name + ':':<18}{shown}")
 
-    def _cancel(self, options: dict[str, Any], *, dry_run: bool, actor: str, as_json: bool) -> None:
-        """Cancel all matching, as the task list's bulk action does (the same dry run, record
-        and job, run here to the end)."""
+    def _bulk(self, kind: BulkKind, options: dict[str, Any]) -> None:
+        """Cancel (or run again) all matching, as the task list's bulk actions do: the same dry
+        run, record and job, run here to the end."""
+        dry_run, as_json = options["dry_run"], options["json"]
         filters, tenant = _task_filters(options), options["tenant"]
         try:
-            preview = bulk.preview(user=SHELL, kind=BulkKind.CANCEL, filters=filters, tenant=tenant)
-        except bulk.TooMany as exc:
+            preview = bulk.preview(user=SHELL, kind=kind, filters=filters, tenant=tenant)
+        except (bulk.TooMany, bulk.NotApplicable) as exc:
             raise CommandError(str(exc)) from None
+        acted, left = REPORT_KEYS[kind]
         report: dict[str, Any] = {
             "dry_run": dry_run,
             "matched": preview.matched,
-            "cancel_requested": preview.act,
-            "already_ended": preview.skipped,
+            acted: preview.act,
+            left: preview.skipped,
             "first": [task.pk for task in preview.first[:SAMPLE]],
         }
         if not dry_run and preview.act:
-            action = bulk.start(audit.Who.shell(actor), kind=BulkKind.CANCEL, filters=filters,
+            reuse = {"default": None, "yes": True, "no": False}[options.get("reuse") or "default"]
+            action = bulk.start(audit.Who.shell(options["actor"]), kind=kind, filters=filters,
                                 until=preview.until, expected=preview.matched, tenant=tenant,
-                                from_shell=True, queue=False)  # fmt: skip
+                                from_shell=True, reuse=reuse, queue=False)  # fmt: skip
             bulk.run(action.pk)
             action.refresh_from_db()
-            report.update(cancel_requested=action.done, already_ended=action.skipped,
-                          matched=action.matched, bulk=action.pk)  # fmt: skip
+            report.update({acted: action.done, left: action.skipped, "matched": action.matched,
+                           "bulk": action.pk})  # fmt: skip
         if as_json:
             self.stdout.write(json.dumps(report))
             return
-        verb = "would request cancellation of" if dry_run else "requested cancellation of"
+        if kind == BulkKind.CANCEL:
+            verb = "would request cancellation of" if dry_run else "requested cancellation of"
+            rest = "had already ended"
+        else:
+            verb = "would run again" if dry_run else "ran again"
+            rest = "were not finished or have an effect to settle"
         self.stdout.write(
-            f"{report['matched']} tasks matched: {verb} {report['cancel_requested']}, "
-            f"{report['already_ended']} had already ended."
+            f"{report['matched']} tasks matched: {verb} {report[acted]}, {report[left]} {rest}."
         )
 
     def _settle(self, task_id: str, which: str, *, happened: str, note: str, actor: str) -> None:
@@ -155,18 +179,10 @@ class Command(BaseCommand):
         if not note:
             raise CommandError("a note is required: write what you checked and what you found")
         effect = _effect(task_id, which)
-        who = audit.Who.shell(actor)
-        settled = partial(audit.record, who, AuditAction.EFFECT_SETTLE,
-                          tenant=effect.task.client.tenant_id, target=f"effect:{effect.pk}",
-                          task=task_id, effect=effect.name, happened=happened == "yes",
-                          note=note)  # fmt: skip
         try:
-            with transaction.atomic():
-                runtime.reconcile_effect(effect_id=effect.pk, happened=happened == "yes",
-                                         user=who.user or User(username=actor), note=note)  # fmt: skip
-                settled()
+            operations.settle_effect(effect, audit.Who.shell(actor), happened=happened == "yes",
+                                     note=note)  # fmt: skip
         except runtime.NotReconcilable as exc:
-            settled(outcome=AuditOutcome.REFUSED, reason=str(exc))
             raise CommandError(str(exc)) from None
         verdict = "happened" if happened == "yes" else "did not happen"
         self.stdout.write(f"Recorded that {effect.name} ({effect.seq}) of {task_id} {verdict}.")

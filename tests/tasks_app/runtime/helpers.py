@@ -31,3 +31,15 @@ def answer(task: Task, ask_key: str, response: dict[str, Any], **kwargs: Any) ->
 
 def text_of(result: dict[str, Any]) -> str:
     return "".join(block.get("text", "") for block in result["content"])
+
+
+def refund_whose_receipt_failed(client: Any, folder: Any, payment_id: str = "pay_7") -> Task:
+    """A ``refund_then_receipt`` task of CLIENT (runtime test tools enabled) whose refund
+    applied and whose receipt step then failed (a tool error); the receipt service is back
+    afterwards, so a run again can finish."""
+    flag = folder / f"receipt-down-{payment_id}"
+    flag.touch()
+    task = submit(client, "refund_then_receipt", payment_id=payment_id, receipt_down_flag=str(flag))
+    leg(task)
+    flag.unlink()
+    return task

@@ -186,7 +186,7 @@ def make_run(stack: str, workdir: Path) -> Iterator[tuple[str, int, str, dict[st
             if proc.poll() is not None:
                 sys.exit(f"bench: make run exited; see {workdir}/make-run-{stack}.log")
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{url}/readyz", timeout=2).status_code == 200:
+                if httpx.get(f"{url}/healthz?strict=1", timeout=2).status_code == 200:
                     break
             time.sleep(0.5)
         else:

@@ -62,7 +62,8 @@ proc_name = "taskdesk-web"
 # gunicorn's control socket (for `gunicornc`) lives with this instance's other state. Its
 # default, ~/.gunicorn/gunicorn.ctl, is one path for every gunicorn of the user: a second
 # server took it over from the first, and the first to stop removed it. The folder is
-# config.settings.VAR_DIR.
+# config.settings.VAR_DIR, made here if need be (importing the settings makes no folder).
+settings.VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)
 control_socket = str(settings.VAR_DIR / "gunicorn.ctl")
 
 # LOG_FORMAT=json: gunicorn's own lines (start-up, worker boots, the access log) as JSON too.

@@ -8,7 +8,6 @@ one line that names the variable, its value and what it accepts.
 
 from __future__ import annotations
 
-import contextlib
 import ipaddress
 import logging
 import os
@@ -48,7 +47,7 @@ def _generated_secret(path: Path) -> str:
 
     O_EXCL makes concurrent first starts (web, worker and beat at once) agree on one key.
     """
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # VAR_DIR: owner-only
     try:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
@@ -58,22 +57,13 @@ def _generated_secret(path: Path) -> str:
     return path.read_text().strip()
 
 
-def _private_sqlite(path: Path) -> None:
-    """Make the SQLite database at PATH owner-only (0600), creating it empty if need be: it
-    holds session keys and password hashes. SQLite gives its -wal and -shm files the
-    database's mode; ones an earlier version left readable are narrowed too."""
-    with contextlib.suppress(FileExistsError):  # an existing one is not opened here
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-    for file in (path, path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm")):
-        with contextlib.suppress(FileNotFoundError, PermissionError):  # another owner's: as is
-            if file.stat().st_mode & 0o077:
-                file.chmod(0o600)
-
-
 # --- core -------------------------------------------------------------------------------
 
+# Importing the settings writes nothing (a read-only root filesystem, `manage.py check` with
+# no state yet): the folders below are made when the apps are set up
+# (TasksAppConfig.ready), by the processes that use them. The one exception is a development
+# secret key, generated into VAR_DIR when SECRET_KEY is not set.
 VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or BASE_DIR / "var")
-VAR_DIR.mkdir(mode=0o700, parents=True, exist_ok=True)  # owner-only when this creates it
 DEBUG = env_bool("DEBUG", False)
 # A key generated here is this host's alone: processes on other hosts would generate their
 # own, and disagree about every signed value. /healthz warns when it is in use.
@@ -82,13 +72,12 @@ SECRET_KEY = env_secret("SECRET_KEY") or _generated_secret(VAR_DIR / "secret_key
 
 HOST = env_str("HOST", "127.0.0.1")
 # `make run` passes the chosen port as TASKDESK_PORT too (its supervisor sets PORT to the same
-# port; other Procfile runners hand every process a PORT of its own).
-PORT = env_int(
-    "TASKDESK_PORT",
-    env_int("PORT", 8000, minimum=1, maximum=65535),
-    minimum=1,
-    maximum=65535,
-)
+# port; other Procfile runners hand every process a PORT of its own). Kubernetes gives every
+# pod TASKDESK_PORT=tcp://10.0.0.1:8000 when a Service is named taskdesk: a value that is not
+# a number is that, not a port of ours, and is left aside.
+PORT = env_int("PORT", 8000, minimum=1, maximum=65535)
+if env_str("TASKDESK_PORT").strip().isdigit():
+    PORT = env_int("TASKDESK_PORT", PORT, minimum=1, maximum=65535)
 _default_hosts = ["127.0.0.1", "localhost", "[::1]"]
 if HOST and HOST not in _default_hosts and HOST not in {"0.0.0.0", "::"}:
     _default_hosts.append(HOST)
@@ -131,7 +120,9 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Request ids and the MCP request metrics; first, so it sees every answer.
+    # /livez, /readyz and /metrics: answered before the host check and the HTTPS redirect.
+    "tasks_app.middleware.ProbeMiddleware",
+    # Request ids and the MCP request metrics; first after the probes, so it sees every answer.
     "tasks_app.middleware.RequestContextMiddleware",
     "django.middleware.security.SecurityMiddleware",
     # /mcp leaves here for its view: the rest serves the pages (tasks_app/middleware.py).
@@ -234,9 +225,6 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
     _db.setdefault("TEST", {})["NAME"] = str(VAR_DIR / "test_taskdesk.sqlite3")
-    Path(_db["NAME"]).parent.mkdir(parents=True, exist_ok=True)
-    if not str(_db["NAME"]).startswith((":", "file:")):  # not in memory
-        _private_sqlite(Path(_db["NAME"]))
 DATABASES = {"default": _db}
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
@@ -280,7 +268,6 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATIC_ROOT.mkdir(parents=True, exist_ok=True)  # whitenoise warns at start-up when it is missing
 STATICFILES_DIRS = [BASE_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
@@ -381,7 +368,6 @@ if _broker_scheme not in {"filesystem", "redis", "rediss", "amqp", "amqps", "pya
 CELERY_BROKER_TRANSPORT_OPTIONS: dict[str, object] = {}
 if _broker_scheme == "filesystem":
     _queue_dir = BROKER_DIR / "queue"
-    _queue_dir.mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(_queue_dir),
         "data_folder_out": str(_queue_dir),
@@ -508,7 +494,7 @@ TASKDESK_LEG_TIME_LIMIT_SECONDS = env_float("TASKDESK_LEG_TIME_LIMIT_SECONDS", 7
 
 TASKDESK_SWEEP_SECONDS = env_float("TASKDESK_SWEEP_SECONDS", 5.0, minimum=0.5)
 # How often each worker writes its heartbeat row, and beat schedules heartbeat_job (the
-# beat row); /readyz fails on a row older than TASKDESK_WORKER_STALE_SECONDS.
+# beat row); /healthz fails on a row older than TASKDESK_WORKER_STALE_SECONDS.
 TASKDESK_HEARTBEAT_SECONDS = env_float("TASKDESK_HEARTBEAT_SECONDS", 10.0, minimum=0.5)
 # Webhooks (tasks_app.webhooks): how often the control worker sends due messages, the retry
 # window and backoff, the timeout of one attempt, and which URLs may be registered.
@@ -721,7 +707,6 @@ SERVER_EMAIL = DEFAULT_FROM_EMAIL
 # variable when it is first imported, which is after settings, so it is exported here.
 # `make run` (manage.py clear_metrics) and the systemd units empty it before a start.
 PROMETHEUS_MULTIPROC_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR / "prometheus")
-PROMETHEUS_MULTIPROC_DIR.mkdir(parents=True, exist_ok=True)
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
 # A bearer token for /metrics; without one only loopback callers may read it.
 TASKDESK_METRICS_TOKEN = env_secret("TASKDESK_METRICS_TOKEN")

@@ -1,8 +1,12 @@
 """Health of the parts Taskdesk needs: the database, the broker, the workers and beat.
 
-``report`` is ``/healthz`` (a heartbeat that never reported is not a failure: a fresh
-install answers ok). ``report(ready=True)`` is ``/readyz``: the same parts, but the
-heartbeats must exist and be fresh. There are three (``WorkerHeartbeat.newest_by_role``).
+``report(WEB)`` is ``/readyz``: what a web process needs to serve, its database and its
+broker (a worker or beat that stopped does not take the web processes out of service).
+``report(DEPLOYMENT)`` is ``/healthz``: the database, the broker and the heartbeats (a
+heartbeat that never reported is not a failure: a fresh install answers ok);
+``report(STRICT)`` is ``/healthz?strict=1``: the same, but every heartbeat must exist and be
+fresh, so that the deployment can do work now. There are three heartbeats
+(``WorkerHeartbeat.newest_by_role``).
 Each worker's main process writes its own row (``tasks_app.tasks``), so a fresh row of a
 worker consuming the leg queue shows that legs can run (``legs``), and a fresh row of a
 worker consuming the control queue alone that a control worker runs (``control``). The
@@ -21,6 +25,9 @@ from typing import Any
 from django.conf import settings
 from django.db import connection
 from django.utils import timezone
+
+# What a report covers (``report``).
+WEB, DEPLOYMENT, STRICT = "web", "deployment", "strict"
 
 
 def check_database() -> dict[str, Any]:
@@ -54,8 +61,8 @@ def check_broker() -> dict[str, Any]:
 
 def check_workers(*, required: bool = False) -> dict[str, Any]:
     """The heartbeats of the workers that take legs, of the control workers and of beat
-    (``heartbeat_job``'s row). REQUIRED (``/readyz``): each must exist; either way, a stale
-    one fails."""
+    (``heartbeat_job``'s row). REQUIRED (``/healthz?strict=1``): each must exist; either way,
+    a stale one fails."""
     from tasks_app.models import WorkerHeartbeat
 
     try:
@@ -85,7 +92,7 @@ def check_workers(*, required: bool = False) -> dict[str, Any]:
 
 def heartbeat_stale(age_seconds: float) -> bool:
     """Whether a heartbeat AGE_SECONDS old is stale: older than
-    TASKDESK_WORKER_STALE_SECONDS (/healthz, /readyz and the console's /workers/)."""
+    TASKDESK_WORKER_STALE_SECONDS (/healthz and the console's /workers/)."""
     return age_seconds > settings.TASKDESK_WORKER_STALE_SECONDS
 
 
@@ -114,14 +121,16 @@ def deploy_warnings() -> list[str]:
     return warnings
 
 
-def report(*, ready: bool = False) -> tuple[bool, dict[str, Any]]:
-    """(healthy, body). With READY (``/readyz``), a worker must have reported, recently."""
+def report(scope: str = DEPLOYMENT) -> tuple[bool, dict[str, Any]]:
+    """(healthy, body) for SCOPE: WEB (database and broker), DEPLOYMENT (and the heartbeats,
+    a missing one allowed) or STRICT (every heartbeat present and fresh)."""
     parts = {"database": check_database(), "broker": check_broker()}
-    parts["workers"] = (
-        check_workers(required=ready)
-        if parts["database"]["ok"]
-        else {"ok": False, "error": "database down"}
-    )
+    if scope != WEB:
+        parts["workers"] = (
+            check_workers(required=scope == STRICT)
+            if parts["database"]["ok"]
+            else {"ok": False, "error": "database down"}
+        )
     failing = [name for name, part in parts.items() if not part["ok"]]
     body = {"status": "ok" if not failing else "fail", "failing": failing, **parts}
     # Warnings do not make it fail: a single host works with a generated key.

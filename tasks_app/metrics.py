@@ -158,10 +158,10 @@ class DatabaseCollector(Collector):
         yield self._heartbeats(now)
 
     def _heartbeats(self, now: datetime) -> Metric:
-        # The three heartbeats of /readyz. A role with no row yet is absent, not zero.
+        # The three heartbeats of /healthz. A role with no row yet is absent, not zero.
         family = GaugeMetricFamily(
             "taskdesk_worker_heartbeat_age_seconds",
-            "Seconds since the newest heartbeat of each role, as /readyz reads them: legs "
+            "Seconds since the newest heartbeat of each role, as /healthz reads them: legs "
             "(the workers that take legs), control (the control workers) and beat "
             "(heartbeat_job, which beat sends and a control worker runs).",
             labels=["role"],

@@ -59,6 +59,32 @@ def new_request_id() -> str:
     return f"{_prefix}{next(_count):016x}"
 
 
+class ProbeMiddleware:
+    """``GET /livez``, ``/readyz`` and ``/metrics`` are answered here, before the host check
+    and the HTTPS redirect: a Kubernetes probe or a Prometheus scrape comes over plain HTTP on
+    the pod network, addressed by the pod's IP, with any Host. What they answer does not
+    depend on the host (``/metrics`` keeps its own token or loopback rule, ``/readyz`` its
+    status alone for an anonymous caller), and no session, cookie or CSRF token is read."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
+        from tasks_app import views
+
+        self.get_response = get_response
+        self.probes: dict[str, Callable[[HttpRequest], HttpResponseBase]] = {
+            "/livez": views.livez,
+            "/readyz": views.readyz,
+            "/metrics": views.metrics_view,
+        }
+
+    def __call__(self, request: HttpRequest) -> HttpResponseBase:
+        probe = self.probes.get(request.path_info)
+        if probe is not None and request.method == "GET":
+            response = probe(request)
+            response["X-Content-Type-Options"] = "nosniff"
+            return response
+        return self.get_response(request)
+
+
 class RequestContextMiddleware:
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponseBase]) -> None:
         self.get_response = get_response

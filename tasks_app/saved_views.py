@@ -99,9 +99,12 @@ def save(
     return view
 
 
-def delete(*, user: Any, view_id: int) -> bool:
-    """Delete USER's own view VIEW_ID; False when there is no such view of theirs."""
-    return SavedView.objects.filter(pk=view_id, owner=user.pk).delete()[0] > 0
+def delete(*, user: Any, view_id: int) -> SavedView | None:
+    """Delete USER's own view VIEW_ID and return it; None when there is no such view of theirs."""
+    view = SavedView.objects.filter(pk=view_id, owner=user.pk).first()
+    if view is not None:
+        view.delete()
+    return view
 
 
 def default_of(user: Any) -> SavedView | None:

@@ -116,7 +116,7 @@ def sweep_job() -> None:
 @shared_task(name="heartbeat_job")
 def heartbeat_job() -> str:
     """Record that beat scheduled a job and a control worker ran it (the ``beat`` heartbeat
-    of /readyz and /healthz). The row is named after the host, and a worker's own row after
+    of /healthz). The row is named after the host, and a worker's own row after
     its node (``NAME@HOST``), so the two never share a row."""
     from tasks_app.models import WorkerHeartbeat
 

@@ -9,11 +9,15 @@ from elicitations.metrics import PendingQuestionsCollector
 from tasks_app import health, metrics
 
 
-def _health(request: HttpRequest, *, ready: bool) -> JsonResponse:
-    ok, body = health.report(ready=ready)
-    if metrics.sends_token(request) or (request.user.is_authenticated and request.user.is_staff):
+def _health(request: HttpRequest, scope: str) -> JsonResponse:
+    ok, body = health.report(scope)
+    # A probe (/readyz) is answered before the session and the user are read (ProbeMiddleware).
+    user = getattr(request, "user", None)
+    if metrics.sends_token(request) or (
+        user is not None and user.is_authenticated and user.is_staff
+    ):
         pass  # the monitoring token, or staff: everything, exception text included
-    elif request.user.is_authenticated:
+    elif user is not None and user.is_authenticated:
         body = health.redacted(body)  # exception text is for staff only
     else:
         body = health.anonymous(body)  # the vendor, broker and heartbeats are not public
@@ -23,18 +27,19 @@ def _health(request: HttpRequest, *, ready: bool) -> JsonResponse:
 @require_GET
 @never_cache
 def healthz(request: HttpRequest) -> JsonResponse:
-    """Database, broker, workers and beat (a heartbeat that never reported is not a
-    failure)."""
-    return _health(request, ready=False)
+    """The deployment: database, broker, workers and beat (a heartbeat that never reported is
+    not a failure). With ``?strict=1``: every heartbeat must have reported, recently (the
+    deployment can do work now)."""
+    strict = request.GET.get("strict") == "1"
+    return _health(request, health.STRICT if strict else health.DEPLOYMENT)
 
 
 @require_GET
 @never_cache
 def readyz(request: HttpRequest) -> JsonResponse:
-    """Whether this deployment can do work now: database, broker, and a fresh heartbeat of
-    a worker taking legs, of a control worker and of beat (its heartbeat job, run by a
-    control worker). 503 when any fails, or one of the heartbeats never reported."""
-    return _health(request, ready=True)
+    """Whether this web process can serve: its database and its broker (a stopped worker or
+    beat does not take it out of service: /healthz says so). 503 when either fails."""
+    return _health(request, health.WEB)
 
 
 @require_GET

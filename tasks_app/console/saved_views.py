@@ -6,13 +6,15 @@ from __future__ import annotations
 from urllib.parse import parse_qsl
 
 from django.contrib import messages
+from django.db import transaction
 from django.http import Http404, HttpResponse
 from django.shortcuts import redirect
 from django.urls import reverse
 from django.views.decorators.http import require_POST
 
-from tasks_app import saved_views
+from tasks_app import audit, saved_views
 from tasks_app.listing import TaskFilters
+from tasks_app.models import AuditAction
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 
@@ -24,13 +26,17 @@ def view_save(request: HtmxHttpRequest) -> HttpResponse:
     query = request.POST.get("query", "")[:2000]
     filters = TaskFilters.from_query(dict(parse_qsl(query)))
     try:
-        view = saved_views.save(
-            user=request.user,
-            name=request.POST.get("name", ""),
-            filters=filters,
-            tenant=request.POST.get("share", ""),
-            default=request.POST.get("default") == "1",
-        )
+        with transaction.atomic():
+            view = saved_views.save(
+                user=request.user,
+                name=request.POST.get("name", ""),
+                filters=filters,
+                tenant=request.POST.get("share", ""),
+                default=request.POST.get("default") == "1",
+            )
+            audit.record(audit.Who.of(request), AuditAction.VIEW_SAVE, tenant=view.tenant_id,
+                         target=f"view:{view.pk}", name=view.name, query=view.query,
+                         default=view.is_default)  # fmt: skip
     except saved_views.Refused as exc:
         messages.error(request, str(exc))
         return redirect(_list(saved_views.query_of(filters)))
@@ -47,7 +53,11 @@ def _list(query: str) -> str:
 @require_POST
 @operator_login_required
 def view_delete(request: HtmxHttpRequest, view_id: int) -> HttpResponse:
-    if not saved_views.delete(user=request.user, view_id=view_id):
-        raise Http404("No such view of yours.")
+    with transaction.atomic():
+        view = saved_views.delete(user=request.user, view_id=view_id)
+        if view is None:
+            raise Http404("No such view of yours.")
+        audit.record(audit.Who.of(request), AuditAction.VIEW_DELETE, tenant=view.tenant_id,
+                     target=f"view:{view_id}", name=view.name, query=view.query)  # fmt: skip
     messages.success(request, "Deleted the view.")
     return redirect("task_list")

@@ -28,6 +28,8 @@ class AuditAction(models.TextChoices):
     OPERATOR_TOKEN_CREATE = "operator_token.create", "Create an operator token"
     OPERATOR_TOKEN_REVOKE = "operator_token.revoke", "Revoke an operator token"
     ROLE_CHANGE = "role.change", "Change a role"
+    VIEW_SAVE = "view.save", "Save a view"
+    VIEW_DELETE = "view.delete", "Delete a view"
     SIGN_IN = "auth.sign_in", "Sign in"
     SIGN_IN_FAILED = "auth.sign_in_failed", "Failed sign-in"
     SIGN_OUT = "auth.sign_out", "Sign out"

@@ -194,7 +194,7 @@ class WorkerHeartbeat(models.Model):
     # started (``tasks.PoolDetail``). Empty for heartbeat_job's row.
     detail = models.JSONField(default=dict, blank=True)
 
-    # The three heartbeats /readyz and /metrics report.
+    # The three heartbeats /healthz and /metrics report.
     LEGS = "legs"
     CONTROL = "control"
     BEAT = "beat"
@@ -215,7 +215,7 @@ class WorkerHeartbeat(models.Model):
 
     @classmethod
     def newest_by_role(cls) -> dict[str, datetime | None]:
-        """The newest heartbeat of each role (None while no row of it exists), as /readyz
+        """The newest heartbeat of each role (None while no row of it exists), as /healthz
         and /metrics report them: ``legs``, of a worker that consumes any queue besides the
         control queue, so that legs can run; ``control``, of a worker that consumes the
         control queue alone, so that a control worker runs; ``beat``, of ``heartbeat_job``'s

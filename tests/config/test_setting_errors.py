@@ -37,7 +37,8 @@ BAD = "Taskdesk cannot start: "
         ("WEB_THREADS", "abc", "WEB_THREADS must be an integer of at least 1, not 'abc'"),
         ("WEB_THREADS", "0", "WEB_THREADS must be at least 1, not '0'"),
         ("PORT", "70000", "PORT must be at most 65535, not '70000'"),
-        ("TASKDESK_PORT", "http", "TASKDESK_PORT must be an integer from 1 to 65535, not 'http'"),
+        # A TASKDESK_PORT that is not a number is left aside (Kubernetes injects tcp://…).
+        ("TASKDESK_PORT", "70000", "TASKDESK_PORT must be at most 65535, not '70000'"),
         (
             "DEBUG",
             "maybe",

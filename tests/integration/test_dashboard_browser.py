@@ -599,10 +599,17 @@ def test_screenshots_of_the_console(browser, stack, make_user, demo, tmp_path) -
     dark.screenshot(path=str(out / "bulk-done-dark.png"))
     dark.goto(f"{stack.url}/tasks/{failed.pk}/rerun/")
     dark.screenshot(path=str(out / "rerun-confirmation-dark.png"))
+    dark.goto(dry_run)
+    dark.screenshot(path=str(out / "bulk-dry-run-dark.png"))
+    dark.set_viewport_size({"width": 1920, "height": 1080})
+    dark.goto(f"{stack.url}/tasks/")
+    expect(dark.locator("#task-table tbody tr")).to_have_count(50)
+    dark.screenshot(path=str(out / "dashboard-dark.png"))
     for name in ("dashboard.png", "task-unknown-effect.png", "cancel-confirmation.png",
                  "audit.png", "audit-dark.png", "bulk-dry-run.png", "bulk-done.png",
                  "bulk-done-dark.png", "rerun-confirmation.png",
-                 "rerun-confirmation-dark.png"):  # fmt: skip
+                 "rerun-confirmation-dark.png", "bulk-dry-run-dark.png",
+                 "dashboard-dark.png"):  # fmt: skip
         assert (out / name).stat().st_size > 10_000
     Task.objects.filter(pk=running.pk).update(lease_owner="")
 

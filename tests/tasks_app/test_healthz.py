@@ -98,14 +98,14 @@ def test_logged_in_operators_who_are_not_staff_get_no_error_text(client, operato
     control_worker(STALE)
     client.force_login(operator)
 
-    for path in ("/healthz", "/readyz"):
+    for path in ("/healthz", "/healthz?strict=1"):
         response = client.get(path)
         assert response.status_code == 503
         assert response.json()["workers"]["error"] == "unavailable"
         assert response.json()["database"]["vendor"] == connection.vendor
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+@pytest.mark.parametrize("path", ["/healthz", "/healthz?strict=1"])
 def test_anonymous_callers_get_the_status_alone(client, db, settings, path) -> None:  # type: ignore[no-untyped-def]
     settings.SECRET_KEY_GENERATED = True
     leg_worker()
@@ -122,7 +122,7 @@ def test_anonymous_callers_get_the_status_alone(client, db, settings, path) -> N
     assert (wrong_token.status_code, wrong_token.json()) == (503, {"status": "fail"})
 
 
-@pytest.mark.parametrize("path", ["/healthz", "/readyz"])
+@pytest.mark.parametrize("path", ["/healthz", "/healthz?strict=1"])
 def test_the_metrics_token_and_staff_get_every_detail(
     client, admin_client, db, settings, path
 ) -> None:  # type: ignore[no-untyped-def]
@@ -141,7 +141,7 @@ def test_the_metrics_token_and_staff_get_every_detail(
         assert body["warnings"][0].startswith("SECRET_KEY was generated on this host")
 
 
-# --- /livez and /readyz ------------------------------------------------------------------------
+# --- /livez and /healthz?strict=1 ------------------------------------------------------------------------
 
 
 def test_livez_answers_200_whatever_the_parts_say(client, db) -> None:  # type: ignore[no-untyped-def]
@@ -153,8 +153,8 @@ def test_livez_answers_200_whatever_the_parts_say(client, db) -> None:  # type: 
     assert response["Cache-Control"].startswith("max-age=0")
 
 
-def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: ignore[no-untyped-def]
-    response = client.get("/readyz", headers=MONITOR)
+def test_strict_health_fails_until_a_worker_has_reported(client, db) -> None:  # type: ignore[no-untyped-def]
+    response = client.get("/healthz?strict=1", headers=MONITOR)
 
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
@@ -163,23 +163,23 @@ def test_readyz_fails_until_a_worker_has_reported(client, db) -> None:  # type: 
     # beat and the control worker alone are not enough: no worker takes legs yet.
     control_worker()
     beat()
-    response = client.get("/readyz", headers=MONITOR)
+    response = client.get("/healthz?strict=1", headers=MONITOR)
     assert response.status_code == 503
     legs = response.json()["workers"]["legs"]
     assert (legs["ok"], legs["heartbeat"]) == (False, None)
 
     leg_worker()
-    response = client.get("/readyz", headers=MONITOR)
+    response = client.get("/healthz?strict=1", headers=MONITOR)
     assert response.status_code == 200
     assert response.json()["status"] == "ok"
 
 
-def test_readyz_fails_naming_beat_while_only_the_workers_report(admin_client, db) -> None:  # type: ignore[no-untyped-def]
+def test_strict_health_fails_naming_beat_while_only_the_workers_report(admin_client, db) -> None:  # type: ignore[no-untyped-def]
     # Beat is down: the control worker's own row is fresh, but no heartbeat job ran.
     leg_worker()
     control_worker()
 
-    response = admin_client.get("/readyz")
+    response = admin_client.get("/healthz?strict=1")
 
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
@@ -190,7 +190,7 @@ def test_readyz_fails_naming_beat_while_only_the_workers_report(admin_client, db
     assert admin_client.get("/healthz").status_code == 200  # a fresh install, for /healthz
 
     beat()  # beat is back and a control worker ran its heartbeat job
-    response = admin_client.get("/readyz")
+    response = admin_client.get("/healthz?strict=1")
     assert response.status_code == 200
     assert response.json()["workers"]["beat"]["age_seconds"] < 5
 
@@ -209,12 +209,14 @@ def test_the_heartbeat_job_writes_the_beat_heartbeat_and_no_other(db) -> None:  
     assert (timezone.now() - last[WorkerHeartbeat.CONTROL]).total_seconds() >= 600
 
 
-def test_readyz_fails_on_a_stale_heartbeat_with_the_reason_for_staff(admin_client, db) -> None:  # type: ignore[no-untyped-def]
+def test_strict_health_fails_on_a_stale_heartbeat_with_the_reason_for_staff(
+    admin_client, db
+) -> None:  # type: ignore[no-untyped-def]
     control_worker(STALE)
     beat(STALE)
     leg_worker(timedelta(minutes=5))
 
-    response = admin_client.get("/readyz")
+    response = admin_client.get("/healthz?strict=1")
 
     assert response.status_code == 503
     assert response.json()["workers"]["error"] == (
@@ -261,15 +263,16 @@ def test_an_unreachable_broker_makes_it_503_naming_the_broker(transactional_db) 
 
 
 @pytest.mark.live
-def test_readyz_turns_ready_once_beat_and_a_worker_run(live) -> None:  # type: ignore[no-untyped-def]
+def test_strict_health_turns_ok_once_beat_and_a_worker_run(live) -> None:  # type: ignore[no-untyped-def]
     import httpx
 
     from tests.live import wait_for
 
     ready = wait_for(
-        "/readyz to answer 200",
+        "/healthz?strict=1 to answer 200",
         lambda: (
-            (r := httpx.get(f"{live.url}/readyz", headers=MONITOR, timeout=5)).status_code == 200
+            (r := httpx.get(f"{live.url}/healthz?strict=1", headers=MONITOR, timeout=5)).status_code
+            == 200
             and r
         ),
         timeout=60,
@@ -298,7 +301,7 @@ def test_a_secret_key_from_the_environment_gives_no_warning(client, db, settings
 
 
 @pytest.mark.live
-def test_readyz_fails_when_the_leg_worker_stops_while_beat_and_control_run(
+def test_strict_health_fails_when_the_leg_worker_stops_while_beat_and_control_run(
     transactional_db,
 ) -> None:  # type: ignore[no-untyped-def]
     import httpx
@@ -310,29 +313,33 @@ def test_readyz_fails_when_the_leg_worker_stops_while_beat_and_control_run(
     ).start()
     try:
 
-        def readyz() -> httpx.Response:
-            return httpx.get(f"{stack.url}/readyz", headers=MONITOR, timeout=5)
+        def strict() -> httpx.Response:
+            return httpx.get(f"{stack.url}/healthz?strict=1", headers=MONITOR, timeout=5)
 
-        wait_for("/readyz to answer 200", lambda: readyz().status_code == 200, timeout=60)
+        wait_for("/healthz?strict=1 to answer 200", lambda: strict().status_code == 200, timeout=60)
         row = WorkerHeartbeat.objects.get(hostname=f"worker-{stack.port}@{socket.gethostname()}")
         assert row.queues == "celery"
         stack.stop("worker")
         stopped = wait_for(
-            "/readyz to fail on the leg worker",
-            lambda: (r := readyz()).status_code == 503 and r,
+            "/healthz?strict=1 to fail on the leg worker",
+            lambda: (r := strict()).status_code == 503 and r,
             timeout=20,
         )
         workers = stopped.json()["workers"]
         assert workers["legs"]["ok"] is False
         assert workers["control"]["ok"] is True and workers["beat"]["ok"] is True
         stack.start_worker()
-        wait_for("/readyz to answer 200 again", lambda: readyz().status_code == 200, timeout=60)
+        wait_for(
+            "/healthz?strict=1 to answer 200 again", lambda: strict().status_code == 200, timeout=60
+        )
     finally:
         stack.close()
 
 
 @pytest.mark.live
-def test_readyz_fails_when_beat_stops_while_the_workers_run(transactional_db) -> None:  # type: ignore[no-untyped-def]
+def test_strict_health_fails_and_readyz_stays_when_beat_stops_while_the_workers_run(
+    transactional_db,
+) -> None:  # type: ignore[no-untyped-def]
     import httpx
 
     from tests.live import wait_for
@@ -342,10 +349,10 @@ def test_readyz_fails_when_beat_stops_while_the_workers_run(transactional_db) ->
     ).start()
     try:
 
-        def readyz() -> httpx.Response:
-            return httpx.get(f"{stack.url}/readyz", headers=MONITOR, timeout=5)
+        def strict() -> httpx.Response:
+            return httpx.get(f"{stack.url}/healthz?strict=1", headers=MONITOR, timeout=5)
 
-        wait_for("/readyz to answer 200", lambda: readyz().status_code == 200, timeout=60)
+        wait_for("/healthz?strict=1 to answer 200", lambda: strict().status_code == 200, timeout=60)
         control = WorkerHeartbeat.objects.get(
             hostname=f"control-{stack.port}@{socket.gethostname()}"
         )
@@ -354,14 +361,19 @@ def test_readyz_fails_when_beat_stops_while_the_workers_run(transactional_db) ->
         assert beat_row.queues == WorkerHeartbeat.BEAT
         stack.stop("beat")
         stopped = wait_for(
-            "/readyz to fail on beat",
-            lambda: (r := readyz()).status_code == 503 and r,
+            "/healthz?strict=1 to fail on beat",
+            lambda: (r := strict()).status_code == 503 and r,
             timeout=20,
         )
         workers = stopped.json()["workers"]
         assert workers["beat"]["ok"] is False
         assert workers["legs"]["ok"] is True and workers["control"]["ok"] is True
+        # A web process does not need beat: it stays in service.
+        web = httpx.get(f"{stack.url}/readyz", headers=MONITOR, timeout=5)
+        assert web.status_code == 200 and web.json()["failing"] == []
         stack.start_beat()
-        wait_for("/readyz to answer 200 again", lambda: readyz().status_code == 200, timeout=60)
+        wait_for(
+            "/healthz?strict=1 to answer 200 again", lambda: strict().status_code == 200, timeout=60
+        )
     finally:
         stack.close()

@@ -94,3 +94,23 @@ def test_a_name_is_required_and_a_bad_list_is_not_saved(client, operator) -> Non
     save(client, "  ", "status=failed")
     save(client, "Broken", "status=exploded")
     assert not SavedView.objects.exists()
+
+
+def test_saving_and_deleting_a_view_leave_one_audit_entry_each(client, operator, alice) -> None:
+    from tasks_app.models import AuditEntry
+
+    client.force_login(operator)
+    AuditEntry.objects.all().delete()
+    save(client, "Failed", "status=failed", share="acme")
+    save(client, "  ", "status=failed")  # refused: nothing saved, nothing to audit
+    view = SavedView.objects.get()
+    client.post(f"/views/{view.pk}/delete/")
+
+    saved, deleted = AuditEntry.objects.order_by("id")
+    assert (saved.action, saved.target, saved.tenant) == (
+        "view.save",
+        f"view:{view.pk}",
+        alice.tenant,
+    )
+    assert saved.detail == {"name": "Failed", "query": "status=failed", "default": False}
+    assert (deleted.action, deleted.detail["name"]) == ("view.delete", "Failed")

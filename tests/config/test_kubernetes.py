@@ -16,18 +16,10 @@ from django.core.management import CommandError, call_command
 from django.utils import timezone
 
 from tasks_app.models import WorkerHeartbeat
+from tests.config.test_settings import PRODUCTION as SETTINGS_FOR_PRODUCTION
 from tests.config.test_settings import run, run_django
 
-PRODUCTION = {
-    "SECRET_KEY": "k" * 64 + "-production-like-secret-key-with-entropy-1234567890",
-    "TASKDESK_ALLOWED_HOSTS": "taskdesk.example.com",
-    "TASKDESK_ALLOWED_ORIGINS": "https://taskdesk.example.com",
-    "TASKDESK_SSL_REDIRECT": "1",
-    "TASKDESK_SECURE_COOKIES": "1",
-    "TASKDESK_HSTS_SECONDS": "31536000",
-    "TASKDESK_BEHIND_TLS_PROXY": "1",
-    "TASKDESK_METRICS_TOKEN": "scrape-token-1234567890",
-}
+PRODUCTION = {**SETTINGS_FOR_PRODUCTION, "TASKDESK_METRICS_TOKEN": "scrape-token-1234567890"}
 # Requests as a probe or a scrape sends them: the pod's IP as Host, plain HTTP.
 PROBES = """
 from django.test import Client

@@ -28,6 +28,18 @@ _INHERITED = {
 }
 
 
+# Production-like settings, as docs/operations.md's "Production" sets them.
+PRODUCTION = {
+    "SECRET_KEY": "k" * 64 + "-production-like-secret-key-with-entropy-1234567890",
+    "TASKDESK_ALLOWED_HOSTS": "taskdesk.example.com",
+    "TASKDESK_ALLOWED_ORIGINS": "https://taskdesk.example.com",
+    "TASKDESK_SSL_REDIRECT": "1",
+    "TASKDESK_SECURE_COOKIES": "1",
+    "TASKDESK_HSTS_SECONDS": "31536000",
+    "TASKDESK_BEHIND_TLS_PROXY": "1",
+}
+
+
 def run(
     args: list[str], env: dict[str, str], var: Path, timeout: float = 60
 ) -> subprocess.CompletedProcess[str]:
@@ -208,13 +220,7 @@ def test_host_and_port_feed_allowed_hosts_and_origins(tmp_path) -> None:  # type
 def test_check_deploy_is_clean_under_production_like_settings(tmp_path) -> None:  # type: ignore[no-untyped-def]
     env = {k: v for k, v in os.environ.items() if k not in _INHERITED} | {
         "TASKDESK_VAR_DIR": str(tmp_path),
-        "SECRET_KEY": "k" * 64 + "-production-like-secret-key-with-entropy-1234567890",
-        "TASKDESK_ALLOWED_HOSTS": "taskdesk.example.com",
-        "TASKDESK_ALLOWED_ORIGINS": "https://taskdesk.example.com",
-        "TASKDESK_SSL_REDIRECT": "1",
-        "TASKDESK_SECURE_COOKIES": "1",
-        "TASKDESK_HSTS_SECONDS": "31536000",
-        "TASKDESK_BEHIND_TLS_PROXY": "1",
+        **PRODUCTION,
     }
     result = subprocess.run(
         [sys.executable, "manage.py", "check", "--deploy", "--fail-level", "WARNING"],

@@ -37,7 +37,7 @@ def served(client) -> set[str]:  # type: ignore[no-untyped-def]
     return names
 
 
-def test_the_alert_rules_are_the_four_the_docs_name(client, db) -> None:  # type: ignore[no-untyped-def]
+def test_the_alert_rules_are_the_seven_the_docs_name_each_with_its_runbook(client, db) -> None:  # type: ignore[no-untyped-def]
     rules = yaml.safe_load((DEPLOY / "prometheus" / "alerts.yml").read_text())
 
     (group,) = rules["groups"]
@@ -47,12 +47,23 @@ def test_the_alert_rules_are_the_four_the_docs_name(client, db) -> None:  # type
         "TaskdeskQuestionPastDeadline",
         "TaskdeskNoWorkerHeartbeat",
         "TaskdeskDispatchBacklogGrowing",
+        "TaskdeskDown",
+        "TaskdeskDatabaseDown",
+        "TaskdeskErrorRate",
     ]
-    known = served(client)
+    operations = (DEPLOY.parent / "docs" / "operations.md").read_text()
+    anchors = {
+        "#" + re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-")
+        for heading in re.findall(r"^#+ (.+)$", operations, re.MULTILINE)
+    }
+    for name, rule in alerts.items():
+        page, _, anchor = rule["annotations"]["runbook_url"].partition("#")
+        assert page == "docs/operations.md" and f"#{anchor}" in anchors, name
+    known = served(client) | {"up"}  # Prometheus' own series of each scrape
     for name, rule in alerts.items():
         assert {"expr", "for", "labels", "annotations"} <= rule.keys(), name
         assert rule["labels"]["severity"] in {"warning", "critical"}
-        used = set(METRIC.findall(rule["expr"]))
+        used = set(METRIC.findall(rule["expr"])) | set(re.findall(r"\bup(?=\{)", rule["expr"]))
         assert used, name
         assert used <= known, (name, used - known)
     # The heartbeat alert fires on any role going missing, not only on all of them: beat

@@ -710,6 +710,11 @@ PROMETHEUS_MULTIPROC_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR /
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
 # A bearer token for /metrics; without one only loopback callers may read it.
 TASKDESK_METRICS_TOKEN = env_secret("TASKDESK_METRICS_TOKEN")
+# A worker node's own /metrics (its pool's leg and task durations), served by its main process
+# on this port (0: off), on TASKDESK_WORKER_METRICS_HOST (loopback unless set: a pod sets
+# 0.0.0.0), with the same token rule as the web's /metrics.
+TASKDESK_WORKER_METRICS_PORT = env_int("TASKDESK_WORKER_METRICS_PORT", 0, minimum=0, maximum=65535)
+TASKDESK_WORKER_METRICS_HOST = env_str("TASKDESK_WORKER_METRICS_HOST", "127.0.0.1")
 
 # --- logging ---------------------------------------------------------------------------------
 

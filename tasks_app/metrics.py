@@ -22,9 +22,11 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import logging
+import threading
 from collections.abc import Iterable, Iterator
 from datetime import datetime
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.conf import settings
 from django.db import DatabaseError
@@ -244,6 +246,45 @@ def exposition(collectors: Iterable[Collector]) -> bytes:
 
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
+
+
+# --- a worker node's own /metrics ------------------------------------------------------------
+
+
+def serve_worker_metrics(host: str, port: int) -> WSGIServer:
+    """Serve this host's multiprocess counters and histograms (a worker's pool writes its leg
+    and task durations there) at ``/metrics`` on HOST:PORT, from a daemon thread; the same
+    rule as the web's /metrics: ``TASKDESK_METRICS_TOKEN`` as a bearer token, or, without
+    one, loopback callers only. Return the server (``shutdown()`` stops it)."""
+    server = make_server(host, port, _worker_metrics_app, handler_class=_QuietHandler)
+    threading.Thread(target=server.serve_forever, name="worker-metrics", daemon=True).start()
+    return server
+
+
+def _worker_metrics_app(environ: dict[str, Any], start_response: Any) -> list[bytes]:
+    if environ.get("PATH_INFO") != "/metrics":
+        start_response("404 Not Found", [("Content-Type", "text/plain")])
+        return [b"Not found: the metrics are at /metrics.\n"]
+    token = settings.TASKDESK_METRICS_TOKEN
+    scheme, _, sent = str(environ.get("HTTP_AUTHORIZATION", "")).partition(" ")
+    if token:
+        allowed = scheme.lower() == "bearer" and hmac.compare_digest(
+            sent.strip().encode("utf-8", "surrogatepass"), token.encode("utf-8")
+        )
+    else:
+        allowed = _loopback(str(environ.get("REMOTE_ADDR", "")))
+    if not allowed:
+        start_response("401 Unauthorized", [("Content-Type", "text/plain"),
+                                             ("WWW-Authenticate", 'Bearer realm="metrics"')])  # fmt: skip
+        return [b"Send TASKDESK_METRICS_TOKEN as a bearer token to read /metrics.\n"]
+    start_response("200 OK", [("Content-Type", CONTENT_TYPE)])
+    return [exposition([])]
+
+
+class _QuietHandler(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:  # a scrape is not worth a line
+        pass
+
 
 _FORWARDING_HEADERS = ("HTTP_X_FORWARDED_FOR", "HTTP_FORWARDED", "HTTP_X_REAL_IP")
 

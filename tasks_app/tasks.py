@@ -143,6 +143,22 @@ _stop_heartbeat = threading.Event()
 
 
 @worker_ready.connect
+def _serve_metrics(sender: Any = None, **kwargs: Any) -> None:
+    """TASKDESK_WORKER_METRICS_PORT set: this worker node serves its own /metrics."""
+    from tasks_app import metrics
+
+    port = settings.TASKDESK_WORKER_METRICS_PORT
+    if port:
+        try:
+            metrics.serve_worker_metrics(settings.TASKDESK_WORKER_METRICS_HOST, port)
+        except OSError as exc:
+            log.error("worker metrics not served on port %s: %s", port, exc)
+        else:
+            log.info("worker metrics at http://%s:%s/metrics",
+                     settings.TASKDESK_WORKER_METRICS_HOST, port)  # fmt: skip
+
+
+@worker_ready.connect
 def _start_heartbeat(sender: Any = None, **kwargs: Any) -> None:
     # SENDER is the worker's consumer: its node name, its queues and its pool.
     hostname = str(sender.hostname)

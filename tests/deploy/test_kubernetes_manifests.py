@@ -46,7 +46,7 @@ def container(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 @pytest.mark.parametrize(
-    ("file", "doc"), [d for d in documents() if d[1]["kind"] != "ServiceMonitor"]
+    ("file", "doc"), [d for d in documents() if d[1]["apiVersion"] != "monitoring.coreos.com/v1"]
 )
 def test_each_manifest_is_valid_against_the_api_schema(file: str, doc: dict[str, Any]) -> None:
     kubernetes_validate.validate(doc, KUBERNETES, strict=True)
@@ -60,6 +60,10 @@ def test_the_web_probes_are_the_probe_views_and_the_service_reaches_them() -> No
     [service] = kind("Service")
     assert service["spec"]["ports"][0]["targetPort"] == web["ports"][0]["name"]
     [monitor] = kind("ServiceMonitor")
+    [pods] = kind("PodMonitor")
+    worker = container(deployment("worker"))
+    assert pods["spec"]["podMetricsEndpoints"][0]["port"] == worker["ports"][0]["name"]
+    assert {"name": "TASKDESK_WORKER_METRICS_PORT", "value": "9100"} in worker["env"]
     assert monitor["spec"]["endpoints"][0]["port"] == service["spec"]["ports"][0]["name"]
     assert resolve(monitor["spec"]["endpoints"][0]["path"]).func == views.metrics_view
     [secret] = kind("Secret")

@@ -44,6 +44,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from tasks_app.db.counting import capped_count
 from tasks_app.models import Dispatch, Effect, EffectState, Status, Task, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,10 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+# /metrics counts each status exactly up to this many tasks (``DatabaseCollector._tasks``).
+TASKS_EXACT_UP_TO = 10_000
+
+
 class DatabaseCollector(Collector):
     """The task core's current state, read when scraped (one query per family).
 
@@ -174,16 +179,19 @@ class DatabaseCollector(Collector):
         return family
 
     def _tasks(self) -> Metric:
-        # GROUP BY over the (status, ...) index: an index-only scan.
-        counts = dict(
-            Task.objects.order_by()
-            .values_list("status")
-            .annotate(n=Count("pk"))
-            .values_list("status", "n")
+        # Per status, counted on the status index up to TASKS_EXACT_UP_TO rows, PostgreSQL's
+        # planner's estimate beyond (an EXPLAIN: no row read), so a scrape costs the same at a
+        # million finished tasks as at a thousand; the unfinished ones are usually few, and
+        # exact.
+        family = GaugeMetricFamily(
+            "taskdesk_tasks",
+            f"Tasks by current status (exact up to {TASKS_EXACT_UP_TO:,} a status; PostgreSQL's "
+            "estimate beyond).",
+            labels=["status"],
         )
-        family = GaugeMetricFamily("taskdesk_tasks", "Tasks by current status.", labels=["status"])
         for status in Status.values:
-            family.add_metric([status], counts.get(status, 0))
+            counted = capped_count(Task.objects.filter(status=status), TASKS_EXACT_UP_TO)
+            family.add_metric([status], counted.value)
         return family
 
     def _dispatch(self, now: datetime) -> Iterator[Metric]:

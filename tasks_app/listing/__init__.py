@@ -27,6 +27,7 @@ from django.db.models import (
     prefetch_related_objects,
 )
 
+from tasks_app.db.counting import Count, capped_count
 from tasks_app.listing.query import (
     COMPLETED_OUTCOMES,
     COUNT_EXACT_UP_TO,
@@ -148,12 +149,6 @@ class TaskPage:
     tasks: list[Task]
     older: ListCursor | None  # the next page (further down the list), if any
     newer: ListCursor | None  # the previous page, if this is not the first
-
-
-@dataclass(frozen=True)
-class Count:
-    value: int
-    estimate: bool = False
 
 
 def _clients_named(user: Any, q: str) -> list[int]:
@@ -458,36 +453,8 @@ def _cursor(sort: Sort, row: tuple[int, Task], *, older: bool) -> ListCursor:
 
 
 def _count(qs: QuerySet[Task], *, guess_first: bool = True) -> Count:
-    """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact).
-
-    On PostgreSQL the planner is asked first (an EXPLAIN, which reads no rows): a count it
-    expects above the limit is not counted at all, which is what keeps the counts of a
-    million tasks cheap (counting even the capped rows of a filter that matches few of many
-    tasks walks an index for thousands of entries).
-    """
-    postgres = connections[qs.db].vendor == "postgresql"
-    if postgres and guess_first and (guess := _planner_estimate(qs)) > COUNT_EXACT_UP_TO:
-        return Count(guess, estimate=True)
-    capped = qs.values("pk")[: COUNT_EXACT_UP_TO + 1].count()
-    if capped <= COUNT_EXACT_UP_TO:
-        return Count(capped)
-    if not postgres:
-        return Count(qs.count())
-    # Never below what was just counted exactly.
-    return Count(max(_planner_estimate(qs), COUNT_EXACT_UP_TO + 1), estimate=True)
-
-
-def _planner_estimate(qs: QuerySet[Task]) -> int:
-    try:
-        sql, params = qs.values("pk").query.sql_with_params()
-    except EmptyResultSet:  # e.g. no visible client: nothing to ask about
-        return 0
-    with connections[qs.db].cursor() as cursor:
-        cursor.execute(f"EXPLAIN (FORMAT JSON) {sql}", params)
-        plan = cursor.fetchone()[0]
-    if isinstance(plan, str):
-        plan = json.loads(plan)
-    return int(plan[0]["Plan"]["Plan Rows"])
+    """Exact up to COUNT_EXACT_UP_TO rows; past that, PostgreSQL's estimate (SQLite: exact)."""
+    return capped_count(qs, COUNT_EXACT_UP_TO, guess_first=guess_first)
 
 
 # The count tiles: a status, or a completed task's outcome, and what each counts.

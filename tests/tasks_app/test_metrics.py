@@ -101,6 +101,29 @@ def make_task(client_, status: str = Status.WORKING, **fields) -> Task:  # type:
     )
 
 
+@pytest.mark.postgres
+def test_past_the_exact_limit_a_status_is_estimated_by_the_planner(  # type: ignore[no-untyped-def]
+    client, alice, monkeypatch
+) -> None:
+    from django.db import connection
+
+    from tasks_app import metrics
+
+    monkeypatch.setattr(metrics, "TASKS_EXACT_UP_TO", 50)
+    Task.objects.bulk_create(
+        Task(client=alice, tool_name="slow_echo", arguments={}, status=Status.COMPLETED)
+        for _ in range(400)
+    )
+    make_task(alice)  # one working: counted exactly
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tasks_app_task")
+
+    found = scrape(client)
+
+    assert 300 <= value(found, "taskdesk_tasks", status="completed") <= 500  # an estimate
+    assert value(found, "taskdesk_tasks", status="working") == 1
+
+
 def test_tasks_are_counted_by_status(client, alice) -> None:  # type: ignore[no-untyped-def]
     for _ in range(3):
         make_task(alice, Status.COMPLETED)

@@ -140,6 +140,17 @@ def _beat(hostname: str, queues: str, detail: dict[str, Any] | None = None) -> N
 # beat and the control worker run, not that any worker takes legs. The control worker's own
 # row, in turn, stays fresh while beat is down: only heartbeat_job's row shows that.
 _stop_heartbeat = threading.Event()
+# The pool's processes are forked from the worker's main process, where the heartbeat thread
+# writes to the database. A fork in the middle of a write would hand the child the database
+# library's locks as they were (SQLite's are process-wide), held by a thread the child does
+# not have: its first query would wait forever, and the legs sent to it with it. A fork waits
+# for the write in progress; the write waits for the fork.
+_database_in_use = threading.Lock()
+os.register_at_fork(
+    before=_database_in_use.acquire,
+    after_in_parent=_database_in_use.release,
+    after_in_child=_database_in_use.release,
+)
 
 
 @worker_ready.connect
@@ -192,12 +203,15 @@ def _heartbeats(hostname: str, queues: str, pool: PoolDetail) -> None:
         if time.monotonic() >= due or detail["pids"] != sent:
             due, sent = time.monotonic() + every, detail["pids"]
             try:
-                _beat(hostname, queues, detail)
+                with _database_in_use:
+                    _beat(hostname, queues, detail)
             except DatabaseError as exc:
                 log.warning("worker heartbeat not written (the database: %s)", exc)
-                connection.close()  # a fresh connection next time
+                with _database_in_use:
+                    connection.close()  # a fresh connection next time
         if _stop_heartbeat.wait(min(POOL_LOOK_SECONDS, max(0.0, due - time.monotonic()))):
-            connection.close()
+            with _database_in_use:
+                connection.close()
             return
 
 

@@ -12,8 +12,11 @@ from tasks_app.models.clients import Client
 
 
 def new_task_id() -> str:
-    # 24 bytes from the OS CSPRNG = 192 bits, URL-safe base64 (32 characters).
-    return secrets.token_urlsafe(24)
+    # 24 bytes from the OS CSPRNG = 192 bits, URL-safe base64 (32 characters), never starting
+    # with "-": a command line (`manage.py tasks show <id>`) would take it for an option.
+    while (task_id := secrets.token_urlsafe(24)).startswith("-"):
+        pass
+    return task_id
 
 
 class Status(models.TextChoices):

@@ -163,3 +163,13 @@ def test_settle_refuses_what_it_cannot_tell_apart_or_find(alice) -> None:
     with pytest.raises(CommandError, match="a note is required"):
         run("settle", task.pk, "1", "--happened", "yes", "--note", "  ")
     assert set(Effect.objects.values_list("state", flat=True)) == {"unknown"}
+
+
+def test_no_task_id_starts_like_an_option() -> None:
+    from unittest import mock
+
+    from tasks_app.models import new_task_id
+
+    drawn = iter(["-starts-like-an-option-000000000", "a-fine-id-0000000000000000000000"])
+    with mock.patch("tasks_app.models.tasks.secrets.token_urlsafe", lambda n: next(drawn)):
+        assert new_task_id() == "a-fine-id-0000000000000000000000"

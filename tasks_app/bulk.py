@@ -61,6 +61,14 @@ PERMISSION = {
     BulkKind.SETTLE: operators.RECONCILE_EFFECTS,
     BulkKind.RERUN: operators.RERUN_TASKS,
 }
+# Why a role may not start each kind (the console and the API say the same).
+NOT_PERMITTED = {
+    BulkKind.CANCEL: "Your role does not allow cancelling tasks.",
+    BulkKind.SETTLE: "Your role does not allow settling effects.",
+    BulkKind.RERUN: "Your role does not allow running tasks again.",
+}
+# Run all matching again: the choices of reuse as a form or a command line gives them.
+REUSE = {"default": None, "yes": True, "no": False}
 AUDIT_ACTION = {
     BulkKind.CANCEL: AuditAction.BULK_CANCEL,
     BulkKind.SETTLE: AuditAction.BULK_SETTLE,

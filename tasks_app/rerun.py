@@ -41,7 +41,7 @@ from tasks_app.models import (
     Task,
     event,
 )
-from tasks_app.runtime.effects import REUSED
+from tasks_app.runtime.effects import take_over_confirmed
 from tasks_app.tools import get_tool
 
 UNSETTLED = (EffectState.INTENDED, EffectState.UNKNOWN)
@@ -131,21 +131,7 @@ def run_again(task: Task, *, reuse: bool, who: audit.Who, key: str = "", bulk: i
     copied = {e.seq for e in entries if e.kind == JournalKind.EFFECT}
 
     def linked(new: Task) -> None:
-        for effect in Effect.objects.filter(task=task, seq__in=copied).order_by("seq"):
-            Effect.objects.create(
-                task=new,
-                seq=effect.seq,
-                name=effect.name,
-                target=effect.target,
-                downstream_key=f"{new.pk}:{effect.name}:{effect.seq}",
-                state=effect.state,
-                compensable=effect.compensable,
-                settled_at=effect.settled_at,
-                detail={
-                    **effect.detail,
-                    REUSED: {"task": task.pk, "seq": effect.seq, "key": effect.downstream_key},
-                },
-            )
+        take_over_confirmed(original=task, new=new, seqs=copied)
         detail: dict[str, Any] = {"reuse": reuse, "replayed": len(entries)}
         if bulk:
             detail["bulk"] = bulk

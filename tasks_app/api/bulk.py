@@ -30,11 +30,6 @@ from tasks_app.models import BulkAction, BulkActionTask, BulkKind
 
 # The kinds /api/bulk/ starts; another kind adds itself here, with its fields below.
 KINDS = (BulkKind.CANCEL, BulkKind.SETTLE, BulkKind.RERUN)
-NOT_PERMITTED = {
-    BulkKind.CANCEL: "Your role does not allow cancelling tasks.",
-    BulkKind.SETTLE: "Your role does not allow settling effects.",
-    BulkKind.RERUN: "Your role does not allow running tasks again.",
-}
 ITEMS_SHOWN = 500  # the tasks a bulk action's record lists (the counts say how many in all)
 FILTER_KEYS = (*TASK_KEYS, TENANT)
 
@@ -168,7 +163,7 @@ class BulkActionViewSet(OperatorViewSet):
         data = body.validated_data
         kind = BulkKind(data["kind"])
         if not bulk.may(request.user, kind):
-            raise PermissionDenied(NOT_PERMITTED[kind])
+            raise PermissionDenied(bulk.NOT_PERMITTED[kind])
         filters, tenant = task_filters_of(data["filters"])
         try:
             preview = bulk.preview(user=request.user, kind=kind, filters=filters, tenant=tenant)

@@ -24,12 +24,6 @@ from tasks_app.listing import TaskFilters
 from tasks_app.models import BulkAction, BulkActionTask, BulkKind
 from tasks_app.operators import HtmxHttpRequest, change_token, operator_login_required
 
-NOT_PERMITTED = {
-    BulkKind.CANCEL: "Your role does not allow cancelling tasks.",
-    BulkKind.SETTLE: "Your role does not allow settling effects.",
-    BulkKind.RERUN: "Your role does not allow running tasks again.",
-}
-REUSE = {"default": None, "yes": True, "no": False}
 ITEMS_SHOWN = 500  # the tasks a bulk action's page lists (the count says how many in all)
 
 
@@ -39,7 +33,7 @@ def bulk_confirm(request: HtmxHttpRequest, kind: str) -> HttpResponse:
     """GET: the dry run of KIND on the list the query string makes. POST: start it."""
     kind = BulkKind(kind)
     if not bulk.may(request.user, kind):
-        raise PermissionDenied(NOT_PERMITTED[kind])
+        raise PermissionDenied(bulk.NOT_PERMITTED[kind])
     filters = TaskFilters.from_query(request.GET)
     context: dict[str, Any] = {
         "kind": kind,
@@ -86,14 +80,14 @@ def _start(
         if not note:
             errors.append("A note is required: write what you checked and what you found.")
     reuse = request.POST.get("reuse", "default")
-    if kind == BulkKind.RERUN and reuse not in REUSE:
+    if kind == BulkKind.RERUN and reuse not in bulk.REUSE:
         errors.append("Choose whether the new tasks reuse what happened.")
     if errors or until is None:
         context.update(errors=errors, note=note, happened=request.POST.get("happened", ""))
         return render(request, "tasks_app/bulk_confirm.html", context, status=400)
     action = bulk.start(audit.Who.of(request), kind=kind, filters=filters, until=until,
                         expected=int(expected), happened=happened, note=note,
-                        reuse=REUSE.get(reuse))  # fmt: skip
+                        reuse=bulk.REUSE.get(reuse))  # fmt: skip
     return redirect("bulk_detail", bulk_id=action.pk)
 
 

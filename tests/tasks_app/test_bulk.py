@@ -200,3 +200,14 @@ def test_an_operator_who_no_longer_exists_fails_the_job(operator, alice) -> None
     action.refresh_from_db()
     assert action.state == "failed" and "no longer exists" in action.error
     assert not Task.objects.filter(cancel_requested_at__isnull=False).exists()
+
+
+def test_a_list_past_the_limit_is_refused_before_anything_runs(
+    operator, alice, monkeypatch
+) -> None:
+    monkeypatch.setattr(bulk, "MAX_TASKS", 3)
+    make(alice, 4)
+
+    with pytest.raises(bulk.TooMany, match="More than 3 tasks match: narrow the filter."):
+        bulk.preview(user=operator, kind="cancel", filters=TaskFilters.from_query({}))
+    assert not BulkAction.objects.exists()

@@ -153,7 +153,7 @@ class Command(BaseCommand):
             "first": [task.pk for task in preview.first[:SAMPLE]],
         }
         if not dry_run and preview.act:
-            reuse = {"default": None, "yes": True, "no": False}[options.get("reuse") or "default"]
+            reuse = bulk.REUSE[options.get("reuse") or "default"]
             action = bulk.start(audit.Who.shell(options["actor"]), kind=kind, filters=filters,
                                 until=preview.until, expected=preview.matched, tenant=tenant,
                                 from_shell=True, reuse=reuse, queue=False)  # fmt: skip

@@ -208,6 +208,6 @@ def test_a_list_past_the_limit_is_refused_before_anything_runs(
     monkeypatch.setattr(bulk, "MAX_TASKS", 3)
     make(alice, 4)
 
-    with pytest.raises(bulk.TooMany, match="More than 3 tasks match: narrow the filter."):
+    with pytest.raises(bulk.TooMany, match=r"More than 3 tasks match: narrow the filter\."):
         bulk.preview(user=operator, kind="cancel", filters=TaskFilters.from_query({}))
     assert not BulkAction.objects.exists()

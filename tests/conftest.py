@@ -41,6 +41,17 @@ def _required_services(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(autouse=True)
+def _only_its_own_stack(request: pytest.FixtureRequest) -> None:
+    """A test that takes no kept stack runs without one: the kept stack's processes share this
+    process's broker and database, and would take the test's jobs or sweep its rows."""
+    from tests.live import close_kept_stack
+    from tests.parallel import KEPT_STACK_FIXTURES
+
+    if not KEPT_STACK_FIXTURES & set(request.fixturenames):
+        close_kept_stack()
+
+
+@pytest.fixture(autouse=True)
 def _test_settings(settings):  # type: ignore[no-untyped-def]
     settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
     settings.STORAGES = {
@@ -137,18 +148,22 @@ def _empty_embedded_broker():  # type: ignore[no-untyped-def]
 
 @pytest.fixture
 def live(transactional_db):  # type: ignore[no-untyped-def]
-    """A running stack (web, worker, beat) on the test database; see tests/live.py."""
-    from tests.live import live_stack
+    """A running stack (web, worker, beat) on the test database, kept for the next test that
+    wants one (``tests.live.kept_stack``)."""
+    from tests.live import kept_stack
 
-    with live_stack() as stack:
+    with kept_stack() as stack:
         yield stack
 
 
 @pytest.fixture(scope="session", autouse=True)
 def _dispatch_publisher_rests(django_db_setup):  # type: ignore[no-untyped-def]
-    """Before the test database is dropped, let this process's dispatch publisher thread
-    finish and close its connection (it holds one for a second after its last record)."""
+    """Before the test database is dropped, stop the kept live stack and let this process's
+    dispatch publisher thread finish and close its connection (it holds one for a second
+    after its last record)."""
     yield
     from tasks_app import dispatch
+    from tests.live import close_kept_stack
 
+    close_kept_stack()  # its processes hold connections to the test database
     dispatch.wait_for_publisher(idle=True)

@@ -14,7 +14,8 @@ settings, so that each worker gets a place of its own before anything is opened:
 And it groups what the workers are handed (``--dist loadgroup``), in the order of collection:
 
 - the tests of a module that share a module-scoped fixture (a stack, a browser, a result
-  that costs half a minute) on one worker, so it is made once;
+  that costs half a minute) or a kept stack (``tests.live.kept_stack``) on one worker, so it
+  is made once;
 - every test of RabbitMQ on one worker (they share a vhost);
 - none marked ``serial`` (the kill loop, the outages, `make run`, the broker outage: fault
   tests whose deadlines assume a core is free when their processes need one): `make test`
@@ -69,10 +70,18 @@ def _isolate() -> None:
 _isolate()
 
 
+# The fixtures that take a kept stack (``tests.live.kept_stack``). Any other test closes it
+# first (tests/conftest.py): its processes share this process's broker and database, and
+# would take the other test's jobs or sweep its rows.
+KEPT_STACK_FIXTURES = frozenset({"live", "stack"})
+
+
 def _shares_a_module_fixture(item: pytest.Item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
+    if KEPT_STACK_FIXTURES & set(info.names_closure):
+        return True  # one after another on one worker, they share the stack
     return any(definitions[-1].scope == "module" for definitions in info.name2fixturedefs.values())
 
 

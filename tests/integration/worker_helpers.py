@@ -15,16 +15,18 @@ from typing import Any
 from tasks_app import acceptance
 from tasks_app.models import Client, Era, Task
 from tasks_app.tools import get_tool
-from tests.live import LiveStack, live_stack, wait_for
+from tests.live import LiveStack, kept_stack, live_stack, wait_for
 from tests.runtime_toolset import RUNTIME_TOOLSETS
 
 
 @contextlib.contextmanager
-def runtime_stack(settings: Any, **env: str) -> Iterator[LiveStack]:
+def runtime_stack(settings: Any, *, kept: bool = False, **env: str) -> Iterator[LiveStack]:
     """A live stack whose processes, and this test process, enable the runtime test tools;
-    ENV overrides more of its processes' environment."""
+    ENV overrides more of its processes' environment. KEPT: one that later tests may reuse
+    (``tests.live.kept_stack``)."""
     settings.TASKDESK_TOOLSETS = RUNTIME_TOOLSETS
-    with live_stack(env={"TASKDESK_TOOLSETS": ",".join(RUNTIME_TOOLSETS), **env}) as running:
+    start = kept_stack if kept else live_stack
+    with start(env={"TASKDESK_TOOLSETS": ",".join(RUNTIME_TOOLSETS), **env}) as running:
         yield running
 
 

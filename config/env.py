@@ -19,13 +19,16 @@ Django is set up.
 
 from __future__ import annotations
 
+import ipaddress
+import json
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -258,3 +261,134 @@ def env_email_url(name: str, *, default_file_path: str) -> EmailSettings:
         use_ssl=scheme == "smtps",
         timeout=timeout,
     )
+
+
+@dataclass(frozen=True)
+class OAuthIssuer:
+    """An identity provider whose JWT access tokens the MCP endpoint accepts: an entry of
+    ``TASKDESK_OAUTH_ISSUERS`` (docs/deploy.md, "Signing in through Keycloak")."""
+
+    # Compared with the tokens' ``iss`` claim as it is written.
+    issuer: str
+    # Where its signing keys are; "": from its metadata (OpenID Connect, then RFC 8414).
+    jwks_uri: str = ""
+    # The claim naming the app a token was issued to; "": ``azp``, then ``client_id``.
+    client_claim: str = ""
+    # The claim naming the tenant of a client made by ``create_clients``.
+    tenant_claim: str = ""
+    # Space-separated scopes (a list is accepted too; ``scp`` when this claim is absent).
+    scope_claim: str = "scope"
+    # Claim value -> Taskdesk client name.
+    clients: Mapping[str, str] = field(default_factory=dict)
+    # An unmapped claim value gets a client of its own, ``<issuer host>:<value>``.
+    create_clients: bool = False
+
+
+_ISSUER_EXAMPLE = (
+    '[{"issuer": "https://id.example.com/realms/acme", "clients": {"app": "acme-bot"}}]'
+)
+_ISSUER_KEYS = ("issuer", "jwks_uri", "client_claim", "tenant_claim", "scope_claim", "clients",
+                "create_clients")  # fmt: skip
+
+
+def env_oauth_issuers(name: str) -> tuple[OAuthIssuer, ...]:
+    """The issuers NAME lists as JSON (one object, or a list of them); none when unset."""
+    raw = env_str(name)
+    return parse_oauth_issuers(name, raw) if raw else ()
+
+
+def parse_oauth_issuers(name: str, raw: str) -> tuple[OAuthIssuer, ...]:
+    try:
+        value = json.loads(raw)
+    except ValueError as exc:
+        raise ImproperlyConfigured(
+            f"{name} must be JSON such as {_ISSUER_EXAMPLE} ({exc})"
+        ) from None
+    entries = [value] if isinstance(value, dict) else value
+    if not isinstance(entries, list) or not entries:
+        raise ImproperlyConfigured(
+            f"{name} must be a JSON list of issuers such as {_ISSUER_EXAMPLE}"
+        )
+    issuers = tuple(_oauth_issuer(f"{name}[{i}]", entry) for i, entry in enumerate(entries))
+    seen: set[str] = set()
+    creating: set[str | None] = set()
+    for issuer in issuers:
+        if issuer.issuer in seen:
+            raise ImproperlyConfigured(f"{name} lists the issuer {issuer.issuer} twice")
+        seen.add(issuer.issuer)
+        # Clients made for tokens are named <issuer host>:<app>: two issuers on one host
+        # (two realms of one Keycloak) would make the same names.
+        host = urlsplit(issuer.issuer).hostname
+        if issuer.create_clients and host in creating:
+            raise ImproperlyConfigured(
+                f"{name}: only one issuer on {host} may set create_clients (the clients made "
+                "are named <issuer host>:<app>); map the other's apps with clients"
+            )
+        if issuer.create_clients:
+            creating.add(host)
+    return issuers
+
+
+def _oauth_issuer(where: str, entry: Any) -> OAuthIssuer:
+    if not isinstance(entry, dict):
+        raise ImproperlyConfigured(f"{where} must be an object such as {_ISSUER_EXAMPLE[1:-1]}")
+    unknown = sorted(set(entry) - set(_ISSUER_KEYS))
+    if unknown:
+        raise ImproperlyConfigured(
+            f"{where} has unknown keys {', '.join(unknown)}; it takes {', '.join(_ISSUER_KEYS)}"
+        )
+    texts = {key: _text(where, entry, key) for key in _ISSUER_KEYS[:5]}
+    if not texts["issuer"]:
+        raise ImproperlyConfigured(f"{where}.issuer is required: the tokens' iss claim")
+    _check_issuer_url(f"{where}.issuer", texts["issuer"], plain_http="loopback")
+    if texts["jwks_uri"]:
+        _check_issuer_url(f"{where}.jwks_uri", texts["jwks_uri"], plain_http="any")
+    clients = entry.get("clients", {})
+    if not isinstance(clients, dict) or not all(
+        isinstance(v, str) and 0 < len(v) <= 100 for v in clients.values()
+    ):
+        raise ImproperlyConfigured(
+            f"{where}.clients must map claim values to Taskdesk client names, such as "
+            '{"app": "acme-bot"}'
+        )
+    create = entry.get("create_clients", False)
+    if not isinstance(create, bool):
+        raise ImproperlyConfigured(f"{where}.create_clients must be true or false")
+    if create and not texts["tenant_claim"]:
+        raise ImproperlyConfigured(
+            f"{where}.create_clients needs tenant_claim: the claim naming each client's tenant"
+        )
+    if not clients and not create:
+        raise ImproperlyConfigured(
+            f"{where} accepts no token: map claim values to clients (clients) or set "
+            "create_clients with tenant_claim"
+        )
+    return OAuthIssuer(
+        **{k: v for k, v in texts.items() if v}, clients=dict(clients), create_clients=create
+    )
+
+
+def _text(where: str, entry: dict[str, Any], key: str) -> str:
+    value = entry.get(key, "")
+    if not isinstance(value, str):
+        raise ImproperlyConfigured(f"{where}.{key} must be a string, not {value!r}")
+    return value.strip()
+
+
+def _check_issuer_url(where: str, url: str, *, plain_http: str) -> None:
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+        raise ImproperlyConfigured(f"{where} must be an https:// URL without query, not {url!r}")
+    if parts.scheme == "http" and plain_http == "loopback" and not _loopback(parts.hostname):
+        raise ImproperlyConfigured(
+            f"{where} must be an https:// URL (http:// only on a loopback host), not {url!r}"
+        )
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

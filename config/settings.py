@@ -27,6 +27,7 @@ from config.env import (
     env_float,
     env_int,
     env_list,
+    env_oauth_issuers,
     env_rate,
     env_secret,
     env_str,
@@ -556,6 +557,14 @@ TASKDESK_ANONYMOUS_CLIENT = env_str("TASKDESK_ANONYMOUS_CLIENT") or None
 # How long a web process trusts a token it has looked up (a revocation reaches other
 # processes within this time); 0 looks every request up.
 TASKDESK_TOKEN_CACHE_SECONDS = env_float("TASKDESK_TOKEN_CACHE_SECONDS", 5.0, minimum=0)
+# Identity providers whose JWT access tokens the MCP endpoint accepts when they were issued for
+# it (tasks_app/oauth/issuers.py; docs/deploy.md, "Signing in through Keycloak"): JSON.
+TASKDESK_OAUTH_ISSUERS = env_oauth_issuers("TASKDESK_OAUTH_ISSUERS")
+# A token naming a signing key its issuer's key set lacks (a rotation) fetches that set again,
+# at most this often per issuer, so tokens with made-up key ids cannot make the server fetch.
+TASKDESK_OAUTH_JWKS_REFETCH_SECONDS = env_float(
+    "TASKDESK_OAUTH_JWKS_REFETCH_SECONDS", 60.0, minimum=0
+)
 TASKDESK_MAX_BODY_BYTES = env_int("TASKDESK_MAX_BODY_BYTES", 1024 * 1024, minimum=1024)
 # How deep a JSON-RPC message may nest (objects and arrays); deeper is refused with 400.
 TASKDESK_MAX_JSON_DEPTH = env_int("TASKDESK_MAX_JSON_DEPTH", 64, minimum=8, maximum=200)
@@ -681,6 +690,25 @@ if (
         "TASKDESK_PUBLIC_URL must be an http:// or https:// URL such as "
         f"https://taskdesk.example.com, not {TASKDESK_PUBLIC_URL!r}"
     )
+
+# --- the built-in OAuth authorization server (tasks_app/authserver/; docs/clients.md) ---------
+
+# On: MCP clients sign people in here (/oauth/authorize) and get tokens for /mcp. Off (0) when
+# only an external identity provider issues tokens (TASKDESK_OAUTH_ISSUERS).
+TASKDESK_OAUTH_SERVER = env_bool("TASKDESK_OAUTH_SERVER", True)
+TASKDESK_OAUTH_ACCESS_TOKEN_SECONDS = env_int(
+    "TASKDESK_OAUTH_ACCESS_TOKEN_SECONDS", 3600, minimum=60, maximum=86400
+)
+TASKDESK_OAUTH_REFRESH_TOKEN_DAYS = env_int(
+    "TASKDESK_OAUTH_REFRESH_TOKEN_DAYS", 30, minimum=1, maximum=365
+)
+# Dynamic client registrations (POST /oauth/register) one client address may make an hour.
+TASKDESK_OAUTH_REGISTRATIONS_PER_HOUR = env_int(
+    "TASKDESK_OAUTH_REGISTRATIONS_PER_HOUR", 20, minimum=1
+)
+# Client ID metadata documents on loopback addresses, over http too: for tests and local
+# development only (`check --deploy` warns).
+TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS = env_bool("TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS", False)
 
 # --- email -----------------------------------------------------------------------------------
 

@@ -36,10 +36,11 @@ from typing import Any
 
 import rfc8785
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from tasks_app import db, dispatch, metrics, retention, storage, tracing
-from tasks_app.models import ACTIVE_STATUSES, Client, Status, Task
+from tasks_app.models import ACTIVE_STATUSES, Client, Status, Task, TaskOrigin
 from tasks_app.tools import InvalidArguments, ToolSpec
 
 # --- errors ------------------------------------------------------------------------------
@@ -132,6 +133,16 @@ class IdempotencyKey:
 
 
 @dataclass(frozen=True)
+class StartedBy:
+    """The OAuth app (and the person who connected it) behind a call, when its token came
+    from an authorization server: written with the task it starts (``TaskOrigin``)."""
+
+    app: str
+    person_id: int | None = None
+    grant_id: int | None = None
+
+
+@dataclass(frozen=True)
 class Receipt:
     task: Task
     replayed: bool
@@ -191,12 +202,14 @@ def accept(
     client_answers: str | None = None,
     rerun_of: Task | None = None,
     also: Callable[[Task], None] | None = None,
+    started_by: StartedBy | None = None,
 ) -> Receipt:
     """Create CLIENT's task for a call of TOOL, or return the task an earlier call with the
     same idempotency KEY created. CLIENT_ANSWERS is how the calling client can answer the
     task's questions (``Task.client_answers``; None: not known). A run again
     (``tasks_app.rerun``) gives the task it runs again (RERUN_OF) and ALSO, which writes its
-    copied effects and links in the acceptance's transaction.
+    copied effects and links in the acceptance's transaction. STARTED_BY, for a call made
+    with an OAuth token, is recorded in that transaction too.
 
     The task row, its ``accepted`` event and its dispatch record (plus JOURNAL, the answers
     collected in synchronous rounds before escalation) are committed before this returns.
@@ -204,8 +217,33 @@ def accept(
     required key, invalid arguments, or a key reused with a different call; nothing is
     written then.
     """
+    if started_by is not None:
+        also = _with_origin(also, started_by)
     with tracing.span("accept", tool=tool.name):
         return _accept(client, tool, arguments, era, key, journal, client_answers, rerun_of, also)
+
+
+def _with_origin(
+    also: Callable[[Task], None] | None, started_by: StartedBy
+) -> Callable[[Task], None]:
+    """ALSO, then the TaskOrigin row of STARTED_BY (only OAuth calls pay for it)."""
+
+    def write(task: Task) -> None:
+        if also is not None:
+            also(task)
+        person, name = started_by.person_id, None
+        if person is not None:
+            users = get_user_model().objects.filter(pk=person)
+            name = users.values_list("username", flat=True).first()
+        TaskOrigin.objects.create(
+            task=task,
+            app=started_by.app[:200],
+            person_id=person if name is not None else None,
+            person_name=name or "",
+            grant_id=started_by.grant_id,
+        )
+
+    return write
 
 
 def key_required(tool: ToolSpec) -> str:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from django import forms
+from django.conf import settings
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.db import transaction
@@ -26,6 +27,8 @@ from tasks_app.models import (
     Effect,
     JournalEntry,
     Membership,
+    OAuthApp,
+    OAuthGrant,
     OperatorToken,
     PurgedTask,
     Task,
@@ -34,6 +37,9 @@ from tasks_app.models import (
     WebhookEndpoint,
     WebhookEvent,
 )
+from tasks_app.oauth import builtin
+from tasks_app.oauth.redirects import RedirectRefused, check_redirect_uri
+from tasks_app.tools.registry import load_toolsets
 
 
 class TenantScoped(admin.ModelAdmin[Any]):
@@ -171,11 +177,41 @@ class TenantAdmin(Audited, admin.ModelAdmin[Tenant]):
         return qs if request.user.is_superuser else qs.filter(members=request.user.pk)
 
 
+class ClientForm(forms.ModelForm[Client]):
+    """A client, and the tools it may call: ticked among the tools of the configured
+    toolsets (a name saved earlier whose tool is gone stays listed until it is unticked)."""
+
+    allowed_tools = forms.MultipleChoiceField(
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="The tools this client may call, whatever its token (static or OAuth). "
+        "None ticked: every tool.",
+    )
+
+    class Meta:
+        model = Client
+        fields = ["name", "tenant", "allowed_tools"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        names = {name for toolset in load_toolsets(settings.TASKDESK_TOOLSETS)
+                 for name in toolset.tools}  # fmt: skip
+        saved = self.instance.allowed_tools if isinstance(self.instance.allowed_tools, list) else []
+        field = self.fields["allowed_tools"]
+        assert isinstance(field, forms.MultipleChoiceField)
+        field.choices = [(name, name) for name in sorted(names | set(saved))]
+
+
 @admin.register(Client)
 class ClientAdmin(TenantScoped):
-    list_display = ["name", "tenant", "created_at"]
+    form = ClientForm
+    list_display = ["name", "tenant", "tools", "created_at"]
     # Only the tenants of the clients listed: staff see their own tenants' names alone.
     list_filter = [("tenant", admin.RelatedOnlyFieldListFilter)]
+
+    @admin.display(description="tools")
+    def tools(self, obj: Client) -> str:
+        return ", ".join(obj.allowed_tools) if obj.allowed_tools else "all"
 
 
 @admin.register(ClientToken)
@@ -431,3 +467,104 @@ class AuditEntryAdmin(History, admin.ModelAdmin[AuditEntry]):
 
     def get_queryset(self, request: HttpRequest) -> QuerySet[Any]:
         return audit.entries_for(request.user)
+
+
+# --- the built-in authorization server --------------------------------------------------------
+
+
+class OAuthAppForm(forms.ModelForm[OAuthApp]):
+    """A pre-registered app: its redirect URIs one a line, checked as registration checks
+    them. A confidential app (client_secret_basic or client_secret_post) gets a secret."""
+
+    redirect_uris_text = forms.CharField(
+        label="Redirect URIs",
+        widget=forms.Textarea(attrs={"rows": 3}),
+        help_text="One a line: https, http to a loopback host, or a native app's own scheme.",
+    )
+    client_uri = forms.URLField(required=False, assume_scheme="https", label="Home page")
+    token_endpoint_auth_method = forms.ChoiceField(
+        choices=[(m, m) for m in ("none", "client_secret_basic", "client_secret_post")],
+        help_text="none: a public app that uses PKCE only; the others get a secret, shown once.",
+    )
+
+    class Meta:
+        model = OAuthApp
+        fields = ["name", "token_endpoint_auth_method", "client_uri", "disabled"]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.fields["redirect_uris_text"].initial = "\n".join(self.instance.redirect_uris or [])
+
+    def clean_redirect_uris_text(self) -> list[str]:
+        uris = [line.strip() for line in self.cleaned_data["redirect_uris_text"].splitlines()]
+        uris = [uri for uri in uris if uri]
+        for uri in uris:
+            try:
+                check_redirect_uri(uri)
+            except RedirectRefused as exc:
+                raise forms.ValidationError(f"Refused: {exc}.") from None
+        if not uris:
+            raise forms.ValidationError("Give at least one redirect URI.")
+        return uris
+
+
+@admin.register(OAuthApp)
+class OAuthAppAdmin(admin.ModelAdmin[OAuthApp]):
+    """The apps of the built-in authorization server. Apps registered here are pre-registered
+    clients; the others registered themselves or are metadata documents (read here, and
+    stopped with ``disabled``)."""
+
+    form = OAuthAppForm
+    list_display = ["name", "kind", "client_id", "token_endpoint_auth_method", "disabled"]
+    list_filter = ["kind", "disabled"]
+    search_fields = ["name", "client_id"]
+    readonly_fields = ["client_id", "kind", "fetched_at", "fresh_until", "created_at"]
+
+    def save_model(self, request: HttpRequest, obj: OAuthApp, form: Any, change: bool) -> None:
+        obj.redirect_uris = form.cleaned_data["redirect_uris_text"]
+        if not change:
+            obj.kind = OAuthApp.Kind.REGISTERED
+            obj.client_id = builtin.new_secret("tdapp_")
+        if obj.token_endpoint_auth_method == "none":
+            obj.client_secret_hash = ""
+        elif not obj.client_secret_hash:
+            secret = builtin.new_secret("tdas_")
+            obj.client_secret_hash = builtin.hash_secret(secret)
+            request.shown_once = secret  # type: ignore[attr-defined]
+        super().save_model(request, obj, form, change)
+
+    def response_add(self, request: HttpRequest, obj: Any, post_url_continue: Any = None) -> Any:
+        return self._shown_once(request, obj) or super().response_add(request, obj)
+
+    def response_change(self, request: HttpRequest, obj: Any) -> Any:
+        return self._shown_once(request, obj) or super().response_change(request, obj)
+
+    def _shown_once(self, request: HttpRequest, obj: OAuthApp) -> Any:
+        secret = getattr(request, "shown_once", None)
+        if secret is None:
+            return None
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": f"The secret of {obj.name}",
+            "secret": secret,
+            "row": obj,
+        }
+        return TemplateResponse(request, "admin/tasks_app/oauthapp/secret.html", context)
+
+
+@admin.register(OAuthGrant)
+class OAuthGrantAdmin(History, TenantScoped):
+    """Connected apps, read here; revoked on the console's Connected apps page."""
+
+    list_display = [
+        "app",
+        "person",
+        "tenant",
+        "client",
+        "scopes",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    ]
+    list_filter = ["tenant"]

@@ -19,6 +19,7 @@ class TasksAppConfig(AppConfig):
         from tasks_app import tracing, webhooks
 
         folders.prepare(settings)  # the settings' import made none of them
+        from tasks_app.authserver import checks as _  # noqa: F401 - registers its checks
         from tasks_app.mcp import checks  # noqa: F401 - registers the system checks
         from tasks_app.tools.registry import ToolDefinitionError, load_toolsets
 

@@ -93,6 +93,9 @@ RECONCILE_EFFECTS = "tasks_app.reconcile_effect"
 RESEND_WEBHOOKS = "tasks_app.resend_outboxmessage"
 VIEW_AUDIT = "tasks_app.view_auditentry"
 RERUN_TASKS = "tasks_app.rerun_task"
+# Connect an OAuth app to the tenant (it then starts tasks there) and see or revoke the apps
+# others connected (the built-in authorization server; docs/clients.md).
+CONNECT_APPS = "tasks_app.add_oauthgrant"
 
 # name -> (model, description) of the permissions the roles are made of.
 PERMISSIONS: dict[str, tuple[str, str]] = {
@@ -104,6 +107,7 @@ PERMISSIONS: dict[str, tuple[str, str]] = {
     RESEND_WEBHOOKS: ("outboxmessage", "Can send a webhook again"),
     VIEW_AUDIT: ("auditentry", "Can view audit entry"),
     RERUN_TASKS: ("task", "Can run a finished task again"),
+    CONNECT_APPS: ("oauthgrant", "Can add OAuth grant"),
 }
 VIEWER, ANSWERER, OPERATOR = "viewer", "answerer", "operator"
 ROLES: dict[str, tuple[str, ...]] = {
@@ -118,6 +122,7 @@ ROLES: dict[str, tuple[str, ...]] = {
         RESEND_WEBHOOKS,
         VIEW_AUDIT,
         RERUN_TASKS,
+        CONNECT_APPS,
     ),
 }
 

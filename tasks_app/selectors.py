@@ -10,7 +10,7 @@ from typing import Any
 
 from django.db import connections
 from django.db.models import Count as DbCount
-from django.db.models import Q, QuerySet
+from django.db.models import F, Q, QuerySet
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
@@ -25,10 +25,12 @@ from tasks_app.models import (
     EffectState,
     EventKind,
     JournalEntry,
+    OAuthGrant,
     OutboxMessage,
     Status,
     Task,
     TaskEvent,
+    TaskOrigin,
 )
 
 
@@ -222,6 +224,31 @@ def unknown_effects_of(task_ids: Iterable[str]) -> dict[str, list[str]]:
     for task_id, name in rows.order_by("task_id", "seq").values_list("task_id", "name"):
         found.setdefault(task_id, []).append(name)
     return found
+
+
+def origins_of(task_ids: Iterable[str]) -> dict[str, TaskOrigin]:
+    """The app and person that started each of TASK_IDS (a page's rows), for those an OAuth
+    app started."""
+    return {o.task_id: o for o in TaskOrigin.objects.filter(task_id__in=list(task_ids))}
+
+
+def grants_visible_to(user: Any) -> QuerySet[OAuthGrant]:
+    """The connected apps (grants) USER may see and revoke: their own, and every grant in the
+    tenants where they may connect apps. Live ones first, newest first."""
+    tenants = operators.tenants_where(user, operators.CONNECT_APPS)
+    grants = OAuthGrant.objects.select_related("person", "tenant", "client", "app")
+    if tenants is not None:
+        grants = grants.filter(Q(person=user.pk) | Q(tenant__in=tenants))
+    return grants.order_by(F("revoked_at").desc(nulls_first=True), "-created_at", "-pk")
+
+
+def grant_get_for_revoke(*, user: Any, grant_id: int) -> OAuthGrant:
+    """The grant GRANT_ID if USER may revoke it; raise NotPermitted otherwise (missing
+    included: a grant someone may not see is reported as one that does not exist)."""
+    grant = grants_visible_to(user).filter(pk=grant_id).first()
+    if grant is None:
+        raise NotPermitted(grant_id)
+    return grant
 
 
 def throughput_for_operator(*, user: Any, now: datetime | None = None) -> list[dict[str, Any]]:

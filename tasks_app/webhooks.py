@@ -111,16 +111,31 @@ def _allowed_networks(text: tuple[str, ...]) -> tuple[IpNetwork, ...]:
         raise ImproperlyConfigured(f"TASKDESK_WEBHOOK_ALLOWED_NETWORKS: {exc}") from None
 
 
-def _address_allowed(address: IpAddress) -> bool:
+def _address_allowed(address: IpAddress, rules: Reach) -> bool:
     if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped:
         address = address.ipv4_mapped
-    if any(
-        address in n for n in _allowed_networks(tuple(settings.TASKDESK_WEBHOOK_ALLOWED_NETWORKS))
-    ):
+    if any(address in n for n in _allowed_networks(rules.networks)):
         return True
     if address.is_loopback:
-        return bool(settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK)
+        return rules.loopback
     return address.is_global and not address.is_multicast
+
+
+@dataclass(frozen=True)
+class Reach:
+    """Which addresses an outgoing request may go to beyond public ones: loopback (then over
+    http too), and these networks (CIDR). The webhooks' come from their settings; other
+    callers (client ID metadata documents) pass their own."""
+
+    loopback: bool
+    networks: tuple[str, ...] = ()
+
+    @classmethod
+    def of_webhooks(cls) -> Reach:
+        return cls(
+            loopback=bool(settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK),
+            networks=tuple(settings.TASKDESK_WEBHOOK_ALLOWED_NETWORKS),
+        )
 
 
 @dataclass(frozen=True)
@@ -140,8 +155,10 @@ class Target:
         return host if self.port == default else f"{host}:{self.port}"
 
 
-def resolve(url: str) -> Target:
-    """Check URL and resolve its host once; raise UnsafeUrl if it may not be called."""
+def resolve(url: str, rules: Reach | None = None) -> Target:
+    """Check URL and resolve its host once; raise UnsafeUrl if it may not be called. RULES:
+    where it may go beyond public addresses (the webhooks' settings unless given)."""
+    rules = rules or Reach.of_webhooks()
     parts = urlsplit(url)
     scheme = parts.scheme.lower()
     if scheme not in ("https", "http"):
@@ -162,15 +179,13 @@ def resolve(url: str) -> Target:
     addresses = [ipaddress.ip_address(str(info[4][0]).split("%")[0]) for info in found]
     if not addresses:
         raise UnsafeUrl(f"the host {host} has no address")
-    refused = [a for a in addresses if not _address_allowed(a)]
+    refused = [a for a in addresses if not _address_allowed(a, rules)]
     if refused:
         raise UnsafeUrl(
             f"the host {host} resolves to {refused[0]}, a private or special address "
             "(allow its network with TASKDESK_WEBHOOK_ALLOWED_NETWORKS)"
         )
-    if scheme == "http" and not (
-        settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK and all(a.is_loopback for a in addresses)
-    ):
+    if scheme == "http" and not (rules.loopback and all(a.is_loopback for a in addresses)):
         raise UnsafeUrl("the URL must start with https:// (http only to a loopback address)")
     path = parts.path or "/"
     if parts.query:
@@ -250,16 +265,7 @@ class Connection:
         if self._pool is None:
             seconds = settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS
             timeout = urllib3.Timeout(connect=min(seconds, 5.0), read=seconds)
-            if target.scheme == "https":
-                self._pool = urllib3.HTTPSConnectionPool(
-                    target.address, target.port, timeout=timeout, retries=False, maxsize=1,
-                    server_hostname=target.host, assert_hostname=target.host,
-                    cert_reqs="CERT_REQUIRED", ca_certs=settings.TASKDESK_WEBHOOK_CA_FILE,
-                )  # fmt: skip
-            else:
-                self._pool = urllib3.HTTPConnectionPool(
-                    target.address, target.port, timeout=timeout, retries=False, maxsize=1
-                )
+            self._pool = pool_for(target, timeout, ca_certs=settings.TASKDESK_WEBHOOK_CA_FILE)
         return self._pool
 
     def post(self, body: str, headers: dict[str, str]) -> Answer:
@@ -299,6 +305,23 @@ class Connection:
             return Answer(None, took(), f"{type(exc).__name__}: {exc}")
         error = "" if 200 <= status < 300 else f"HTTP {status}"
         return Answer(status, took(), error)
+
+
+def pool_for(
+    target: Target, timeout: urllib3.Timeout, *, ca_certs: str | None = None
+) -> urllib3.HTTPConnectionPool:
+    """A one-connection pool to TARGET's checked address, never to what its name resolves to
+    later: the name goes in TLS (SNI and the certificate check) and, from the caller, in the
+    Host header. No retries."""
+    if target.scheme == "https":
+        return urllib3.HTTPSConnectionPool(
+            target.address, target.port, timeout=timeout, retries=False, maxsize=1,
+            server_hostname=target.host, assert_hostname=target.host,
+            cert_reqs="CERT_REQUIRED", ca_certs=ca_certs,
+        )  # fmt: skip
+    return urllib3.HTTPConnectionPool(
+        target.address, target.port, timeout=timeout, retries=False, maxsize=1
+    )
 
 
 def post(url: str, body: str, headers: dict[str, str]) -> Answer:

@@ -17,7 +17,7 @@ from tasks_app import bulk, listing, saved_views, selectors
 from tasks_app.console.chart import throughput_chart
 from tasks_app.console.pages import url
 from tasks_app.listing import Count, ListCursor, Outcome, TaskFilters
-from tasks_app.models import BulkKind, Status, Task
+from tasks_app.models import BulkKind, Status, Task, TaskOrigin
 from tasks_app.operators import HtmxHttpRequest, change_token, operator_login_required
 
 # The list's query keys a task page keeps for its link back.
@@ -50,6 +50,7 @@ class Row:
     task: Task
     unknown_effects: list[str]  # names of its effects in state unknown
     error: str  # a tool error's text
+    origin: TaskOrigin | None = None  # the OAuth app (and person) that started it
 
 
 @require_GET
@@ -85,7 +86,8 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
     page = listing.task_page_for_operator(user=request.user, filters=filters, cursor=cursor,
                                             attention=attention, unknown_effects=unknown)  # fmt: skip
     effects = selectors.unknown_effects_of(t.pk for t in page.tasks)
-    rows = [Row(t, effects.get(t.pk, []), _error_text(t)) for t in page.tasks]
+    origins = selectors.origins_of(t.pk for t in page.tasks)
+    rows = [Row(t, effects.get(t.pk, []), _error_text(t), origins.get(t.pk)) for t in page.tasks]
     counts = listing.task_counts_for_operator(user=request.user, filters=filters)
     attention_count = listing.attention_count_for_operator(
         user=request.user, filters=filters, attention=attention

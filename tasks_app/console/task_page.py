@@ -77,6 +77,7 @@ def task_page(
         poll["from"] = back
     context = {
         "task": task,
+        "origin": selectors.origins_of([task.pk]).get(task.pk),
         "input_requests": input_requests_of_task(task_id=task.pk),
         "effects": selectors.effects_of(task),
         "webhook_messages": selectors.webhook_messages_of(task),

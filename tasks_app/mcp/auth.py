@@ -1,8 +1,14 @@
 """Who is calling: bearer tokens as a DRF authentication class, and poll throttling.
 
+A token is a Taskdesk client token (``tdk_``, looked up by ``tasks_app.tokens`` as before,
+granting every scope) or an OAuth access token (``tasks_app.oauth.bearer``: the built-in
+authorization server's, or an external issuer's JWT). Either way ``request.user`` is the
+``Client`` and ``request.auth`` the ``Access`` (scopes, app, person) that later checks read.
+
 ``TASKDESK_ANONYMOUS_CLIENT`` (off by default; ``check --deploy`` warns when it is set) maps
 requests without an Authorization header to that client, created on first use in a tenant of
-the same name: for local trials and conformance runs. A bad token is refused even then.
+the same name, with every scope: for local trials and conformance runs. A bad token is
+refused even then.
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from tasks_app import tokens
 from tasks_app.clients import client_get_or_create
 from tasks_app.mcp.errors import is_outage
 from tasks_app.models import Client
+from tasks_app.oauth import access, bearer, resource
+from tasks_app.oauth.access import Access
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -41,27 +49,42 @@ def anonymous_client(name: str) -> Client:
     return client
 
 
-class BearerTokenAuthentication(authentication.BaseAuthentication):
-    """``Authorization: Bearer <token>`` with a token from ``manage.py create_client_token``."""
+class InvalidToken(exceptions.AuthenticationFailed):
+    """A bearer token was sent and is not accepted (the 401's ``error="invalid_token"``)."""
 
-    def authenticate(self, request: Request) -> tuple[Client, str | None] | None:
+    default_detail = "The bearer token is unknown or revoked"
+
+
+class BearerTokenAuthentication(authentication.BaseAuthentication):
+    """``Authorization: Bearer <token>`` with a token from ``manage.py create_client_token``
+    or an OAuth access token issued for this endpoint."""
+
+    def authenticate(self, request: Request) -> tuple[Client, Access] | None:
         header = request.META.get("HTTP_AUTHORIZATION")
         if not header:
             name = settings.TASKDESK_ANONYMOUS_CLIENT
-            return (anonymous_client(name), None) if name else None
+            if not name:
+                return None
+            client = anonymous_client(name)
+            return client, access.static(client)
         scheme, _, token = header.partition(" ")
         token = token.strip()
         if scheme.lower() != "bearer" or not token:
             raise exceptions.AuthenticationFailed(
                 "The Authorization header must be 'Bearer <token>'"
             )
-        client = tokens.client_for_token(token)
-        if client is None:
-            raise exceptions.AuthenticationFailed("The bearer token is unknown or revoked")
-        return client, token
+        if token.startswith(tokens.TOKEN_PREFIX):
+            owner = tokens.client_for_token(token)
+            if owner is None:
+                raise InvalidToken()
+            return owner, access.static(owner)
+        granted = bearer.verify(token)
+        if granted is None:
+            raise InvalidToken()
+        return granted.client, granted
 
     def authenticate_header(self, request: Request) -> str:
-        return 'Bearer realm="taskdesk"'
+        return resource.missing_token_challenge()
 
 
 class HasClient(permissions.BasePermission):

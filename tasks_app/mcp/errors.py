@@ -15,6 +15,7 @@ import math
 from typing import Any
 
 from tasks_app.models import TASKS_EXTENSION, Task
+from tasks_app.oauth import resource
 from tasks_app.tools.results import new_reference
 
 
@@ -124,12 +125,40 @@ def tasks_extension_required(what: str) -> MissingCapability:
 
 
 class Unauthorized(McpError):
+    """401 with the challenge that sends a client to the protected-resource metadata: the
+    scopes to ask for when it sent no usable token, ``invalid_token`` when its token was
+    refused (RFC 6750 section 3; nothing says why)."""
+
     code = -32600
     http_status = 401
     default_message = "Authentication required: send Authorization: Bearer <token>"
 
+    def __init__(self, message: str | None = None, *, invalid_token: bool = False) -> None:
+        super().__init__(message)
+        self.invalid_token = invalid_token
+
     def headers(self) -> dict[str, str]:
-        return {"WWW-Authenticate": 'Bearer realm="taskdesk"'}
+        if self.invalid_token:
+            return {"WWW-Authenticate": resource.invalid_token_challenge()}
+        return {"WWW-Authenticate": resource.missing_token_challenge()}
+
+
+class InsufficientScope(McpError):
+    """403: the token is good but lacks the scope this request needs; the challenge names it,
+    so the client can ask for it (the MCP authorization specification's step-up flow)."""
+
+    code = -32600
+    http_status = 403
+
+    def __init__(self, *, scope: str, method: str) -> None:
+        super().__init__(
+            f"The access token lacks the scope {scope}, which {method} needs",
+            data={"requiredScope": scope},
+        )
+        self.scope = scope
+
+    def headers(self) -> dict[str, str]:
+        return {"WWW-Authenticate": resource.insufficient_scope_challenge(self.scope)}
 
 
 class ForbiddenOrigin(McpError):

@@ -111,6 +111,7 @@ def accept(
     meta_key: object | None,
     journal: list[dict[str, Any]] | None = None,
     client_answers: str | None = None,
+    started_by: acceptance.StartedBy | None = None,
 ) -> acceptance.Receipt:
     """Accept a ``tools/call`` whose key came in its wire carriers: resolve the key, then
     ``acceptance.accept``; a refused keyless call says how to send a key."""
@@ -124,6 +125,7 @@ def accept(
             key=key,
             journal=journal,
             client_answers=client_answers,
+            started_by=started_by,
         )
     except IdempotencyKeyRequired as exc:
         raise IdempotencyKeyRequired(required_message(tool), exc.data) from None

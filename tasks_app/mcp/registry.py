@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from tasks_app.mcp.headers import sent
 from tasks_app.mcp.params import Params, validate
@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 
     from tasks_app.mcp.envelope import Envelope
     from tasks_app.models import Client, McpSession
+    from tasks_app.oauth.access import Access
 
 Handler = Callable[["Call"], Any]
 
@@ -43,6 +44,11 @@ class Call:
 
     def header(self, name: str) -> str | None:
         return sent(self.request, name)
+
+    @property
+    def access(self) -> Access:
+        """What the request's token grants (``tasks_app.mcp.auth`` sets it on every request)."""
+        return cast("Access", self.request.auth)
 
 
 @dataclass(frozen=True)
@@ -98,3 +104,6 @@ class MethodRegistry:
 
     def __contains__(self, name: str) -> bool:
         return name in self._methods
+
+    def names(self) -> frozenset[str]:
+        return frozenset(self._methods)

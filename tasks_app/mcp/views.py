@@ -29,10 +29,11 @@ from rest_framework.views import APIView
 
 # modern and handshake register their eras (handshake last: it is asked first).
 from tasks_app import logcontext
-from tasks_app.mcp import eras, handshake, limits, modern, streaming  # noqa: F401
-from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient
+from tasks_app.mcp import eras, handshake, limits, modern, scopes, streaming  # noqa: F401
+from tasks_app.mcp.auth import BearerTokenAuthentication, HasClient, InvalidToken
 from tasks_app.mcp.errors import (
     ForbiddenOrigin,
+    InsufficientScope,
     InvalidParams,
     InvalidRequest,
     McpError,
@@ -45,9 +46,12 @@ from tasks_app.mcp.errors import (
 )
 from tasks_app.mcp.headers import sent
 from tasks_app.models import Client
+from tasks_app.oauth import resource
+from tasks_app.oauth.access import CALL, Access
 
-# The endpoint's one address: config/urls.py routes it, the middleware counts and logs it.
-PATH = "/mcp"
+# The endpoint's one address: config/urls.py routes it, the middleware counts and logs it, and
+# it is the path of the protected resource that access tokens name (tasks_app.oauth.resource).
+PATH = resource.MCP_PATH
 
 log = logging.getLogger("tasks_app.mcp")
 
@@ -169,9 +173,19 @@ class McpView(APIView):
 
     def post(self, request: Request) -> HttpResponseBase:
         message = self._message(request)
-        era = eras.select(request, message)
         client = cast(Client, request.user)  # HasClient lets only a client through
         logcontext.update(method=message.get("method"), client=client.name)
+        # Checked here, for both eras alike, before an era reads anything.
+        scope = scopes.needed(message)
+        if scope not in cast(Access, request.auth).scopes:
+            method, request_id = message.get("method"), message.get("id")
+            refusal = InsufficientScope(
+                scope=scope, method=method if isinstance(method, str) else "this response"
+            )
+            return streaming.error_response(
+                request_id if isinstance(request_id, str | int) else None, refusal
+            )
+        era = eras.select(request, message)
         return era.handle(request, self, message, client)
 
     def get(self, request: Request) -> HttpResponseBase:
@@ -181,6 +195,9 @@ class McpView(APIView):
         return self._other(request)
 
     def _other(self, request: Request) -> HttpResponseBase:
+        if CALL not in cast(Access, request.auth).scopes:
+            refusal = InsufficientScope(scope=CALL, method=f"{request.method} {PATH}")
+            return streaming.error_response(None, refusal)
         era = eras.for_other_method(request)
         assert era is not None  # initial() answered 405 otherwise
         return era.other_method(request, self, cast(Client, request.user))
@@ -238,7 +255,8 @@ class McpView(APIView):
             return streaming.error_response(None, exc)
         if isinstance(exc, exceptions.NotAuthenticated | exceptions.AuthenticationFailed):
             message = None if isinstance(exc, exceptions.NotAuthenticated) else str(exc.detail)
-            return streaming.error_response(None, Unauthorized(message))
+            unauthorized = Unauthorized(message, invalid_token=isinstance(exc, InvalidToken))
+            return streaming.error_response(None, unauthorized)
         if isinstance(exc, exceptions.APIException):
             error = InvalidRequest(str(exc.detail))
             error.http_status = exc.status_code

@@ -6,8 +6,9 @@ One module a subject: ``clients`` (tenants, clients, tokens), ``tasks`` (the tas
 statuses and its timeline), ``work`` (journal, effects, dispatch records, workers), ``records``
 (the purge's archive, 2025 sessions and replies), ``outbox`` (webhook
 endpoints, messages and their attempts) ``audit`` (the operators' actions), ``bulk`` (actions on
-every task of a filtered list), ``views`` (saved task lists) and ``operator_tokens`` (the
-operators' bearer tokens for /api/).
+every task of a filtered list), ``views`` (saved task lists), ``operator_tokens`` (the
+operators' bearer tokens for /api/) and ``oauth`` (the built-in authorization server's apps,
+grants, codes and tokens, and which app started a task).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from tasks_app.models.clients import (
     Membership,
     Tenant,
 )
+from tasks_app.models.oauth import OAuthApp, OAuthCode, OAuthGrant, OAuthToken, TaskOrigin
 from tasks_app.models.operator_tokens import OperatorToken
 from tasks_app.models.outbox import (
     Channel,
@@ -95,6 +97,10 @@ __all__ = [
     "McpReply",
     "McpSession",
     "Membership",
+    "OAuthApp",
+    "OAuthCode",
+    "OAuthGrant",
+    "OAuthToken",
     "OperatorToken",
     "OutboxMessage",
     "PurgedTask",
@@ -102,6 +108,7 @@ __all__ = [
     "Status",
     "Task",
     "TaskEvent",
+    "TaskOrigin",
     "Tenant",
     "WebhookEndpoint",
     "WebhookEvent",

@@ -27,6 +27,8 @@ class AuditAction(models.TextChoices):
     TOKEN_REVOKE = "token.revoke", "Revoke a client token"
     OPERATOR_TOKEN_CREATE = "operator_token.create", "Create an operator token"
     OPERATOR_TOKEN_REVOKE = "operator_token.revoke", "Revoke an operator token"
+    APP_CONNECT = "app.connect", "Connect an app"
+    APP_REVOKE = "app.revoke", "Revoke a connected app"
     ROLE_CHANGE = "role.change", "Change a role"
     VIEW_SAVE = "view.save", "Save a view"
     VIEW_DELETE = "view.delete", "Delete a view"

@@ -50,6 +50,9 @@ class Client(models.Model):
     name = models.CharField(max_length=100, unique=True)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="clients")
     created_at = models.DateTimeField(auto_now_add=True)
+    # Names of the tools this client may call; empty: every tool (an operator narrows a client
+    # in the admin; OAuth tokens acting as the client are narrowed the same way).
+    allowed_tools = models.JSONField(default=list, blank=True)
 
     def __str__(self) -> str:
         return self.name

@@ -19,6 +19,9 @@ SUPPORTED_VERSIONS = [Era.MODERN.value]
 # every client, so shared caches may keep them for a while (SEP-2549 caching hints).
 LIST_TTL_MS = 300_000
 LIST_CACHE_SCOPE = "public"
+# A client narrowed to some tools (Client.allowed_tools) gets a list of its own: one that only
+# its own authorization context may reuse.
+NARROWED_CACHE_SCOPE = "private"
 COMPLETION_LIMIT = 100
 
 
@@ -57,10 +60,19 @@ def discover(call: Call) -> dict[str, Any]:
     )
 
 
+def allowed(call: Call, tools: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """TOOLS (wire shapes) without those the caller may not call."""
+    names = call.access.allowed_tools()
+    return tools if names is None else [tool for tool in tools if tool["name"] in names]
+
+
 # Everything fits on one page, so the cursor is accepted and ignored.
 @methods.method("tools/list", params=ListParams)
 def tools_list(call: Call) -> dict[str, Any]:
-    return _cached({"tools": catalog.current().tools_wire})
+    listed = _cached({"tools": allowed(call, catalog.current().tools_wire)})
+    if call.access.allowed_tools() is not None:
+        listed["cacheScope"] = NARROWED_CACHE_SCOPE
+    return listed
 
 
 @methods.method("prompts/list", params=ListParams)

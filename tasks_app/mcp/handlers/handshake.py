@@ -104,15 +104,13 @@ def unsubscribe(call: Call) -> dict[str, Any]:
 
 @handshake_methods.method("tools/list", params=ListParams)
 def tools_list(call: Call) -> dict[str, Any]:
-    return {"tools": catalog.current().tools_wire_handshake}
+    return {"tools": discovery.allowed(call, catalog.current().tools_wire_handshake)}
 
 
 @handshake_methods.method("tools/call", params=HandshakeToolsCallParams)
 def tools_call(call: Call) -> dict[str, Any] | Streamed:
     name = call.data["name"]
-    tool = catalog.current().tools.get(name)
-    if tool is None:
-        raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
+    tool = tools.tool_for(call, name)
     arguments = call.data["arguments"]
     if call.data.get("task") is not None:
         if tool.task == "forbidden":

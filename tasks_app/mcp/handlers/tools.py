@@ -46,6 +46,7 @@ from tasks_app.mcp.registry import Call
 from tasks_app.mcp.streaming import Streamed
 from tasks_app.mcp.sync import Escalate, NeedInput, SyncContext, TimeUp
 from tasks_app.models import NO_TASKS, Era, Status, Task
+from tasks_app.oauth.access import Access
 from tasks_app.tools import Cancelled, InvalidArguments, ProtocolError, ToolError, ToolSpec
 from tasks_app.tools.results import (
     error_result,
@@ -63,14 +64,23 @@ TASK_ID_META = "dev.taskdesk/taskId"
 ACTIVE_LIMIT_RETRY_SECONDS = 10
 
 
+def tool_for(call: Call, name: str) -> ToolSpec:
+    """The tool NAME, if the caller may call it. A tool outside the client's allowed tools
+    (``Client.allowed_tools``, or the token's own) answers exactly as an unknown one: the
+    tool is not in the caller's ``tools/list`` either, and asking for another scope would
+    not help (the MCP tools specification's "Unknown tools", -32602)."""
+    tool = catalog.current().tools.get(name)
+    if tool is None or not call.access.may_call(name):
+        raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
+    return tool
+
+
 @methods.method("tools/call", params=ToolsCallParams, name_param="name")
 def tools_call(call: Call) -> dict[str, Any] | Streamed:
     limits.check_call_rate(call.client.pk)
     name = call.data["name"]
-    tool = catalog.current().tools.get(name)
-    logcontext.update(tool=name if tool is not None else None)
-    if tool is None:
-        raise InvalidParams(f"Unknown tool: {name}", data={"name": name})
+    logcontext.update(tool=name if name in catalog.current().tools else None)
+    tool = tool_for(call, name)
     arguments: dict[str, Any] = call.data["arguments"]
     mirrored = catalog.current().mirrored_arguments.get(name)
     if mirrored and call.era == Era.MODERN:  # Mcp-Param-* headers are 2026-07-28 (SEP-2243)
@@ -124,6 +134,7 @@ def accept(
             meta_key=call.envelope.meta.get(keys.META_KEY),
             journal=journal,
             client_answers=client_answers(call),
+            started_by=started_by(call),
         )
     except acceptance.ActiveTaskLimit as exc:
         raise limits.over_limit(
@@ -146,6 +157,15 @@ def accept(
         raise InvalidParams(str(exc)) from None
     logcontext.update(task_id=receipt.task.pk)
     return receipt
+
+
+def started_by(call: Call) -> acceptance.StartedBy | None:
+    """The OAuth app and person behind the call, for its task's record; None for a static
+    client token (``Access.app`` is empty then), which records nothing more."""
+    auth = call.request.auth
+    if not isinstance(auth, Access) or not auth.app:
+        return None
+    return acceptance.StartedBy(app=auth.app, person_id=auth.person_id, grant_id=auth.grant_id)
 
 
 def client_answers(call: Call) -> str:

@@ -27,8 +27,14 @@ LAST_USED_EVERY = timedelta(minutes=1)
 _SALT = "taskdesk.client-token"
 
 
-def hash_token(token: str) -> str:
-    return salted_hmac(_SALT, token, algorithm="sha256").hexdigest()
+def hash_token(token: str, *, salt: str = _SALT) -> str:
+    """TOKEN's keyed hash, the only form in which it is kept (SALT: one per kind of secret)."""
+    return salted_hmac(salt, token, algorithm="sha256").hexdigest()
+
+
+def new_token(prefix: str) -> str:
+    """A new secret: PREFIX and 256 random bits."""
+    return prefix + secrets.token_urlsafe(32)
 
 
 def issue(client: Client) -> str:
@@ -41,7 +47,7 @@ def issue(client: Client) -> str:
 
 def fill(row: ClientToken | OperatorToken, *, prefix: str = TOKEN_PREFIX) -> str:
     """Give ROW (not saved yet) a new token's hash and prefix, and return the token."""
-    token = prefix + secrets.token_urlsafe(32)
+    token = new_token(prefix)
     row.token_hash = hash_token(token)
     row.prefix = token[: len(prefix) + 6]
     return token

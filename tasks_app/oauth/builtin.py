@@ -12,16 +12,15 @@ with it and compared on every use, so a token issued for another resource is ref
 
 from __future__ import annotations
 
-import secrets
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
-from django.utils.crypto import salted_hmac
 
+from tasks_app import tokens
 from tasks_app.models import OAuthGrant, OAuthToken
 from tasks_app.oauth import resource
 from tasks_app.oauth.access import Access
@@ -29,17 +28,15 @@ from tasks_app.oauth.access import Access
 ACCESS_PREFIX = "tda_"
 REFRESH_PREFIX = "tdr_"
 CODE_PREFIX = "tdc_"
-# How stale a grant's last_used_at may get: a request writes it at most this often.
-LAST_USED_EVERY = timedelta(minutes=1)
 _SALT = "taskdesk.oauth-token"
+# The static tokens' rules: a fresh secret, kept as a keyed hash, last use written at most
+# this often.
+new_secret = tokens.new_token
+LAST_USED_EVERY = tokens.LAST_USED_EVERY
 
 
 def hash_secret(value: str) -> str:
-    return salted_hmac(_SALT, value, algorithm="sha256").hexdigest()
-
-
-def new_secret(prefix: str) -> str:
-    return prefix + secrets.token_urlsafe(32)
+    return tokens.hash_token(value, salt=_SALT)
 
 
 # Every MCP request authenticates, so each process remembers recent positive answers for

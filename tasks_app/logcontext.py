@@ -9,11 +9,15 @@ of it (``contextvars.copy_context().run``) to keep it.
 
 ``origin()`` is what a dispatch record keeps of its context, so that the leg it starts, in a
 worker process, logs the request id of the call that created the task.
+
+While tracing is on (``tasks_app.tracing``) and a span is current, a record also gets the
+span's ``trace_id`` and ``span_id`` (hex), which the JSON format writes as fields.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
 
@@ -25,6 +29,10 @@ FIELDS = ("request_id", "client", "method", "tool", "task_id", "leg", "code")
 ORIGIN_FIELDS = ("request_id", "client")
 
 _context: ContextVar[dict[str, Any] | None] = ContextVar("taskdesk_log_context", default=None)
+
+# The current span's (trace id, span id), or None outside one; set by tracing.configure
+# while tracing is on, and None while it is off, so that a record costs no more then.
+trace_ids: Callable[[], tuple[str, str] | None] | None = None
 
 
 def _present(fields: dict[str, Any]) -> dict[str, Any]:
@@ -78,6 +86,8 @@ class ContextFilter(logging.Filter):
         for name, value in (_context.get() or {}).items():
             if not hasattr(record, name):
                 setattr(record, name, value)
+        if trace_ids is not None and (ids := trace_ids()) is not None:
+            record.trace_id, record.span_id = ids
         return True
 
 

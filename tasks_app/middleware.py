@@ -95,21 +95,19 @@ class RequestContextMiddleware:
         mcp = request.path == mcp_views.PATH and request.method == "POST"
         with (
             logcontext.bound(request_id=request_id) as context,
-            tracing.span("mcp", request_id=request_id) if mcp else nullcontext() as span,
+            tracing.server(request, methods) if mcp else nullcontext() as span,
         ):
             response = self.get_response(request)
             if mcp:
-                method, code = self._observe(context, response, time.monotonic() - started)
-                if span is not None:  # named by the method, once the view has read it
-                    span.update_name(method)
-                    span.set_attribute("taskdesk.code", code)
+                code = self._observe(context, response, time.monotonic() - started)
+                tracing.answered(span, code=code, request_id=request_id)
         response[HEADER] = request_id
         return response
 
     def _observe(
         self, context: dict[str, object], response: HttpResponseBase, seconds: float
-    ) -> tuple[str, str]:
-        """Count, time and log the request; return its method and code labels."""
+    ) -> str:
+        """Count, time and log the request; return its code label."""
         # The view puts the JSON-RPC method in the context, and an error answer its code.
         # A method the server does not have is counted as "other": the label's values stay
         # a short, fixed list whatever clients send.
@@ -137,7 +135,7 @@ class RequestContextMiddleware:
             response.status_code,
             seconds * 1000,
         )
-        return method, code
+        return code
 
 
 class McpRouteMiddleware:

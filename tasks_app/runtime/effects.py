@@ -25,7 +25,7 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db import transaction
 from django.utils import timezone
 
-from tasks_app import outbox, transitions
+from tasks_app import outbox, tracing, transitions
 from tasks_app.models import (
     TERMINAL_STATUSES,
     Actor,
@@ -164,6 +164,7 @@ class EffectScope(EffectHandle):
         self.detail: dict[str, Any] = {}
         self.row: Effect | None = None
         self._recorded: dict[str, Any] = {}
+        self._span: AbstractContextManager[Any] = tracing.OFF
 
     # --- entering: intent, or what an earlier leg recorded ---------------------------------
 
@@ -189,6 +190,9 @@ class EffectScope(EffectHandle):
             self.detail = dict(self.row.detail if self.row else {})
             self._register_compensation()
         ctx.effect_in_flight = self
+        # The body runs inside the effect's span (entered last: nothing above may leave it open).
+        self._span = tracing.span(f"effect {self.name}", effect=self.name, task_id=ctx.task_id)
+        self._span.__enter__()
         return self
 
     def _intend(self) -> None:
@@ -335,6 +339,12 @@ class EffectScope(EffectHandle):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> Literal[False]:
+        try:
+            return self._exit(exc)
+        finally:
+            self._span.__exit__(exc_type, exc, tb)
+
+    def _exit(self, exc: BaseException | None) -> Literal[False]:
         self.ctx.effect_in_flight = None
         if self.done:
             return False

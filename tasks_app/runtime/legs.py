@@ -103,7 +103,18 @@ def run_claimed(
             request_id=claim.origin.get("request_id"),
             client=claim.origin.get("client"),
         ),
-        tracing.continued(claim.origin, "leg", task_id=task.pk, tool=task.tool_name, leg=task.leg),
+        tracing.continued(
+            claim.origin,
+            f"execute_tool {task.tool_name}",
+            conventional={
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": task.tool_name,
+                "gen_ai.tool.call.id": str(task.pk),
+            },
+            task_id=task.pk,
+            tool=task.tool_name,
+            leg=task.leg,
+        ),
     ):
         return _run_logged(claim, owner, dispatch_id, sent, drained)
 

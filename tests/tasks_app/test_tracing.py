@@ -48,10 +48,9 @@ def test_one_trace_from_the_call_to_its_first_leg(  # type: ignore[no-untyped-de
     assert Task.objects.get(pk=task_id).status == Status.COMPLETED
 
     by_name = {span.name: span for span in spans.get_finished_spans()}
-    assert set(by_name) == {"tools/call", "accept", "dispatch", "publish", "leg"}
-    call, accept, dispatch, publish, leg = (
-        by_name[n] for n in ("tools/call", "accept", "dispatch", "publish", "leg")
-    )
+    names = ("tools/call slow_echo", "accept", "dispatch", "publish", "execute_tool slow_echo")
+    assert set(by_name) == set(names)
+    call, accept, dispatch, publish, leg = (by_name[n] for n in names)
     assert {s.context.trace_id for s in by_name.values()} == {call.context.trace_id}
     assert call.parent is None
     assert accept.parent.span_id == call.context.span_id

@@ -41,7 +41,7 @@ test: install
 	$(BIN)/python scripts/run_tests.py
 
 # The official MCP conformance suite (ten tasks-* scenarios + the 2026-07-28 and 2025-11-25
-# requirement sets)
+# requirement sets + the built-in authorization server's authorization-server-metadata-endpoint)
 # against a real server and worker; PostgreSQL/Redis when DATABASE_URL/CELERY_BROKER_URL are set.
 conformance: install
 	bash scripts/conformance.sh
@@ -49,11 +49,13 @@ conformance: install
 # Benchmarks (not part of `make test`): each starts its own database, broker and server
 # processes, prints its figures and writes them into docs/benchmarks.md. The headline is
 # bench/shipped.py: `make run` itself (PostgreSQL + Redis, then the embedded default) side by
-# side with the FastMCP-tasks peer (../shared/bench/side_by_side.sh); the others isolate parts.
+# side with the FastMCP-tasks peer (../shared/bench/side_by_side.sh); the others isolate parts
+# (bench/oauth.py: accept and tasks/get with an OAuth access token beside a static token).
 bench: install
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
 	BENCH_STACK=$${BENCH_STACK:-both} $(BIN)/python bench/shipped.py
 	$(BIN)/python bench/acceptance.py
+	$(BIN)/python bench/oauth.py
 	$(BIN)/python bench/runtime.py
 	$(BIN)/python bench/dashboard.py
 	$(BIN)/python bench/streams.py

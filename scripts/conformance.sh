@@ -4,9 +4,10 @@
 # Starts gunicorn, a Celery worker, the control worker and Celery beat with the conformance
 # toolset on a free loopback port (PostgreSQL and Redis when DATABASE_URL / CELERY_BROKER_URL
 # are set, else the embedded SQLite + filesystem broker in a temporary TASKDESK_VAR_DIR), runs
-# the ten tasks-* scenarios one by one and the scored `--requirements 2026-07-28` and
-# `--requirements 2025-11-25` sets (the stateless and the handshake wire, on the same URL),
-# stops the processes by
+# the ten tasks-* scenarios one by one, the scored `--requirements 2026-07-28` and
+# `--requirements 2025-11-25` sets (the stateless and the handshake wire, on the same URL) and
+# the authorization-server scenario `authorization-server-metadata-endpoint` against the
+# built-in OAuth server (its issuer is the server's URL), stops the processes by
 # PID and exits non-zero if any check failed. The last line is "conformance: N passed, M failed".
 #
 # The suite (@modelcontextprotocol/conformance) and the Node 22 it needs come from the npm
@@ -44,8 +45,11 @@ fi
 # --- the server -------------------------------------------------------------------------
 PORT=$("$BIN/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
 URL="http://127.0.0.1:$PORT/mcp"
+# TASKDESK_PUBLIC_URL is the built-in authorization server's issuer, which the metadata
+# scenario compares with the URL it was given.
 export TASKDESK_VAR_DIR="$WORK/var" TASKDESK_TOOLSETS=conformance \
   TASKDESK_ANONYMOUS_CLIENT=conformance HOST=127.0.0.1 TASKDESK_PORT="$PORT" PORT="$PORT" \
+  TASKDESK_PUBLIC_URL="http://127.0.0.1:$PORT" TASKDESK_OAUTH_SERVER=1 \
   DJANGO_SETTINGS_MODULE=config.settings PYTHONUNBUFFERED=1 LOG_LEVEL=${LOG_LEVEL:-WARNING}
 export WEB_WORKERS=${WEB_WORKERS:-2}
 mkdir -p "$TASKDESK_VAR_DIR"
@@ -127,6 +131,20 @@ for rev in 2026-07-28 2025-11-25; do
   fi
   grep -E '^(✓|✗|Total)' "$OUT/req-$rev.log" | grep -v '✓' | head -n 40
 done
+# The built-in authorization server's metadata (RFC 8414), found from its issuer. The suite's
+# other authorization-server scenario, authorization-code-grant, waits for a person to sign in
+# in a browser, so it is not run here (tests/tasks_app/oauth run the code flow).
+s=authorization-server-metadata-endpoint
+before=$failed
+"$CONF" authorization --url "http://127.0.0.1:$PORT" --scenario "$s" -o "$OUT/auth/$s" 2>&1 |
+  strip >"$OUT/auth-$s.log"
+code=${PIPESTATUS[0]}
+tally "$OUT/auth/$s"
+if [ "$failed" -eq "$before" ] && [ "$code" -eq 0 ] && [ -n "$(find "$OUT/auth/$s" -name checks.json)" ]; then
+  echo "ok    $s"
+else
+  echo "FAIL  $s   (see $OUT/auth-$s.log)"; rc=1
+fi
 
 stop
 trap - EXIT

@@ -36,7 +36,6 @@ from typing import Any
 
 import rfc8785
 from django.conf import settings
-from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from tasks_app import db, dispatch, metrics, retention, storage, tracing
@@ -139,6 +138,7 @@ class StartedBy:
 
     app: str
     person_id: int | None = None
+    person_name: str = ""
     grant_id: int | None = None
 
 
@@ -217,33 +217,22 @@ def accept(
     required key, invalid arguments, or a key reused with a different call; nothing is
     written then.
     """
-    if started_by is not None:
-        also = _with_origin(also, started_by)
+    origin = _origin(started_by) if started_by is not None else None
     with tracing.span("accept", tool=tool.name):
-        return _accept(client, tool, arguments, era, key, journal, client_answers, rerun_of, also)
-
-
-def _with_origin(
-    also: Callable[[Task], None] | None, started_by: StartedBy
-) -> Callable[[Task], None]:
-    """ALSO, then the TaskOrigin row of STARTED_BY (only OAuth calls pay for it)."""
-
-    def write(task: Task) -> None:
-        if also is not None:
-            also(task)
-        person, name = started_by.person_id, None
-        if person is not None:
-            users = get_user_model().objects.filter(pk=person)
-            name = users.values_list("username", flat=True).first()
-        TaskOrigin.objects.create(
-            task=task,
-            app=started_by.app[:200],
-            person_id=person if name is not None else None,
-            person_name=name or "",
-            grant_id=started_by.grant_id,
+        return _accept(
+            client, tool, arguments, era, key, journal, client_answers, rerun_of, also, origin
         )
 
-    return write
+
+def _origin(started_by: StartedBy) -> TaskOrigin:
+    """The unsaved TaskOrigin row of STARTED_BY, which ``insert_or_get`` writes with the
+    task (only OAuth calls pay for it)."""
+    return TaskOrigin(
+        app=started_by.app[:200],
+        person_id=started_by.person_id,
+        person_name=started_by.person_name[:150],
+        grant_id=started_by.grant_id,
+    )
 
 
 def key_required(tool: ToolSpec) -> str:
@@ -263,6 +252,7 @@ def _accept(
     client_answers: str | None,
     rerun_of: Task | None = None,
     also: Callable[[Task], None] | None = None,
+    origin: TaskOrigin | None = None,
 ) -> Receipt:
     if key is None and tool.requires_idempotency_key:
         raise IdempotencyKeyRequired(key_required(tool), {"reason": "idempotency_key_required"})
@@ -284,8 +274,9 @@ def _accept(
     # The dispatch record written here keeps this span's context for the task's first leg.
     with tracing.span("dispatch", tool=tool.name):
         stored = db.backend().insert_or_get(
-            task, actor=client.name, carrier=carrier, journal=journal or [], also=also
-        )
+            task, actor=client.name, carrier=carrier, journal=journal or [],
+            also=also, origin=origin,
+        )  # fmt: skip
     if isinstance(stored, db.Accepted):
         dispatch.publish_on_commit(stored.dispatch_id, stored.task.pk, unless_drained=True)
         storage.accepted(client.pk, size)

@@ -15,7 +15,16 @@ from tasks_app import tracing
 from tasks_app.db import prepared, rows
 from tasks_app.db.reads import tenant_of
 from tasks_app.db.results import Accepted, Existing
-from tasks_app.models import Actor, Dispatch, EventKind, JournalEntry, Task, event
+from tasks_app.models import (
+    Actor,
+    Dispatch,
+    EventKind,
+    JournalEntry,
+    OAuthGrant,
+    Task,
+    TaskOrigin,
+    event,
+)
 
 # --- PostgreSQL's statement ---------------------------------------------------------------
 #
@@ -34,7 +43,7 @@ from tasks_app.models import Actor, Dispatch, EventKind, JournalEntry, Task, eve
 _VALUES = ", ".join(f"%({name})s" for name in rows.TASK_COLUMN_NAMES)
 _INSERTED = ", ".join("new_task.id" if name == "id" else "NULL" for name in rows.TASK_COLUMN_NAMES)
 
-INSERT_OR_GET_POSTGRESQL = f"""
+_INSERT_OR_GET_POSTGRESQL = f"""
 WITH new_task AS (
     INSERT INTO tasks_app_task ({rows.TASK_COLUMNS}) VALUES ({_VALUES})
     ON CONFLICT (client_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -58,11 +67,26 @@ WITH new_task AS (
         (SELECT tenant_id FROM tasks_app_client WHERE id = new_task.client_id), %(origin)s
     FROM new_task
     RETURNING id
-)
+){{origin}}
 SELECT {_INSERTED}, outbox.id FROM new_task, outbox
 UNION ALL
 SELECT old_task.*, NULL FROM old_task
 """
+INSERT_OR_GET_POSTGRESQL = _INSERT_OR_GET_POSTGRESQL.replace("{origin}", "")
+# The same for a call made with an OAuth token: the new task's TaskOrigin too, in the same
+# statement. Its person is its grant's (the built-in server's tokens name both, an external
+# issuer's neither), so a grant deleted since its token was verified leaves both empty rather
+# than failing the call.
+INSERT_OR_GET_WITH_ORIGIN_POSTGRESQL = _INSERT_OR_GET_POSTGRESQL.replace(
+    "{origin}",
+    """, origin AS (
+    INSERT INTO tasks_app_taskorigin (task_id, app, person_id, person_name, grant_id)
+    SELECT new_task.id, %(origin_app)s, origin_grant.person_id, %(origin_person_name)s,
+        origin_grant.id
+    FROM new_task LEFT JOIN tasks_app_oauthgrant origin_grant
+        ON origin_grant.id = %(origin_grant_id)s
+)""",
+)
 
 
 def insert_or_get_in_transaction(
@@ -72,10 +96,12 @@ def insert_or_get_in_transaction(
     carrier: str | None,
     journal: list[dict[str, Any]],
     also: Callable[[Task], None] | None = None,
+    origin: TaskOrigin | None = None,
 ) -> Accepted | Existing:
     """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless the
     client's idempotency key already names a task; then return that one. ALSO, given the new
-    task, writes what must be committed with it (a run again's effects and links). Commits
+    task, writes what must be committed with it (a run again's effects and links); ORIGIN is
+    its TaskOrigin. Commits
     before it returns (``durable``: never inside a caller's transaction). In a transaction:
     SQLite's IMMEDIATE transactions serialize writers."""
     for _attempt in range(3):
@@ -115,8 +141,21 @@ def insert_or_get_in_transaction(
             )
             if also is not None:
                 also(task)
+            if origin is not None:
+                _save_origin(origin, task)
         return Accepted(task, record.pk)
     raise RuntimeError(f"could not accept or find task with key {task.idempotency_key!r}")
+
+
+def _save_origin(origin: TaskOrigin, task: Task) -> None:
+    """ORIGIN, the TaskOrigin of the new TASK, as the PostgreSQL statement writes it: its
+    grant and the grant's person while the grant exists."""
+    grants = OAuthGrant.objects.filter(pk=origin.grant_id) if origin.grant_id else None
+    person = grants.values_list("person_id", flat=True).first() if grants is not None else None
+    origin.task = task
+    origin.grant_id = origin.grant_id if person is not None else None
+    origin.person_id = person
+    origin.save(force_insert=True)
 
 
 def insert_or_get_postgresql(
@@ -126,10 +165,11 @@ def insert_or_get_postgresql(
     carrier: str | None,
     journal: list[dict[str, Any]],
     also: Callable[[Task], None] | None = None,
+    origin: TaskOrigin | None = None,
 ) -> Accepted | Existing:
     if journal or also:  # rare (escalated synchronous calls, runs again): the transaction form
         return insert_or_get_in_transaction(
-            task, actor=actor, carrier=carrier, journal=journal, also=also
+            task, actor=actor, carrier=carrier, journal=journal, also=also, origin=origin
         )
     db = connections[DEFAULT_DB_ALIAS]
     columns = rows.task_columns()
@@ -141,14 +181,19 @@ def insert_or_get_postgresql(
         now=task.created_at,
         origin=Jsonb(tracing.origin()),
     )
+    statement = INSERT_OR_GET_POSTGRESQL
+    if origin is not None:
+        statement = INSERT_OR_GET_WITH_ORIGIN_POSTGRESQL
+        params.update(origin_app=origin.app, origin_person_name=origin.person_name,
+                      origin_grant_id=origin.grant_id)  # fmt: skip
     # Outside a transaction the statement commits by itself. Inside one, the receipt would
     # not be durable on return: a durable atomic block refuses that (except in a test case).
     for _attempt in range(3):
         if db.in_atomic_block:
             with transaction.atomic(durable=True):
-                row = prepared.fetch_prepared(INSERT_OR_GET_POSTGRESQL, params)
+                row = prepared.fetch_prepared(statement, params)
         else:
-            row = prepared.fetch_prepared(INSERT_OR_GET_POSTGRESQL, params)
+            row = prepared.fetch_prepared(statement, params)
         if row is None:
             continue  # lost a race to a transaction that committed meanwhile: look again
         if row[-1] is not None:  # inserted as given: the row is TASK, now saved

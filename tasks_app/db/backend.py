@@ -19,7 +19,7 @@ from django.db import DEFAULT_DB_ALIAS, connections
 
 from tasks_app.db import accepting, claiming, drainers, ending, reads
 from tasks_app.db.results import Accepted, Claim, Ended, Ending, Existing, Looked
-from tasks_app.models import Task
+from tasks_app.models import Task, TaskOrigin
 
 
 class Backend(Protocol):
@@ -38,11 +38,13 @@ class Backend(Protocol):
         carrier: str | None,
         journal: list[dict[str, Any]],
         also: Callable[[Task], None] | None = None,
+        origin: TaskOrigin | None = None,
     ) -> Accepted | Existing:
         """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless
         the client's idempotency key already names a task; then return that one. ALSO writes
-        what must be committed with a new task. Committed when it returns (never inside a
-        caller's transaction)."""
+        what must be committed with a new task; ORIGIN (unsaved, without its task) is the new
+        task's ``TaskOrigin``. Committed when it returns (never inside a caller's
+        transaction)."""
         ...
 
     # --- claiming and leases --------------------------------------------------------------

@@ -29,8 +29,9 @@ class Access:
     issuer: str
     # The OAuth client (app) the token was issued to, as a name people recognise.
     app: str = ""
-    # The person who approved it (the built-in server's user id), when there is one.
+    # The person who approved it (the built-in server's user id and username), when there is one.
     person_id: int | None = None
+    person_name: str = ""
     # The built-in server's grant, for revocation and "last used".
     grant_id: int | None = None
     # Tools the token may call; empty means every tool the client may call.

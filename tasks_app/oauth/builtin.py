@@ -68,7 +68,7 @@ def verify(token: str) -> Access | None:
     if hit is not None and fresh and hit[1] > timezone.now():
         return hit[2]
     row = (
-        OAuthToken.objects.select_related("grant__client__tenant", "grant__app")
+        OAuthToken.objects.select_related("grant__client__tenant", "grant__app", "grant__person")
         .filter(access_hash=digest, revoked_at__isnull=True, grant__revoked_at__isnull=True)
         .first()
     )
@@ -101,6 +101,7 @@ def _access_of(row: OAuthToken) -> Access:
         issuer=resource.builtin_issuer(),
         app=grant.app.name,
         person_id=grant.person_id,
+        person_name=grant.person.get_username(),
         grant_id=grant.pk,
         expires_at=row.expires_at.timestamp(),
     )

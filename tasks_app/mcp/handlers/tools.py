@@ -165,7 +165,9 @@ def started_by(call: Call) -> acceptance.StartedBy | None:
     auth = call.request.auth
     if not isinstance(auth, Access) or not auth.app:
         return None
-    return acceptance.StartedBy(app=auth.app, person_id=auth.person_id, grant_id=auth.grant_id)
+    return acceptance.StartedBy(
+        app=auth.app, person_id=auth.person_id, person_name=auth.person_name, grant_id=auth.grant_id
+    )
 
 
 def client_answers(call: Call) -> str:

@@ -15,12 +15,13 @@ from celery.signals import (
 )
 from kombu.transport import TRANSPORT_ALIASES
 
-from config.env import load_settings, settings_errors_end_the_process
+from .env import load_settings, settings_errors_end_the_process
 
 # "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
-TRANSPORT_ALIASES["filesystem"] = "config.broker:Transport"
+# This package is `config` in the repository and `taskdesk` once installed (setup.py).
+TRANSPORT_ALIASES["filesystem"] = f"{__package__}.broker:Transport"
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", f"{__package__}.settings")
 
 
 # A malformed setting ends `celery worker` and `celery beat` with one line naming it

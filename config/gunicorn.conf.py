@@ -2,21 +2,34 @@
 
 from __future__ import annotations
 
+import importlib
 import multiprocessing
 import os
 import socket
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from django.conf import settings
 
-from config.env import env_int, load_settings, settings_errors_end_the_process
-from config.web_worker import header_timeout, read_buffer_bytes, reading_per_address
+# gunicorn loads this file by its path, outside any package. Its package is the folder it is
+# in: `config` in the repository, `taskdesk` once installed from the wheel (setup.py), found
+# from the folder above it.
+_PACKAGE = Path(__file__).resolve().parent
+if str(_PACKAGE.parent) not in sys.path:
+    sys.path.append(str(_PACKAGE.parent))
+_env = importlib.import_module(f"{_PACKAGE.name}.env")
+_web_worker = importlib.import_module(f"{_PACKAGE.name}.web_worker")
+env_int, load_settings = _env.env_int, _env.load_settings
+settings_errors_end_the_process = _env.settings_errors_end_the_process
+header_timeout, read_buffer_bytes = _web_worker.header_timeout, _web_worker.read_buffer_bytes
+reading_per_address = _web_worker.reading_per_address
 
 # The master loads Django's settings before it starts a web process: a malformed setting
 # ends gunicorn here with one line naming it (config/env.py), rather than every web process
 # failing to boot with a traceback.
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", f"{_PACKAGE.name}.settings")
 load_settings()
 
 # TASKDESK_PORT wins over PORT (config/settings.py): Procfile runners may give every process
@@ -46,7 +59,7 @@ threads = settings.WEB_THREADS
 # process holds of requests it is reading is bounded by TASKDESK_READ_BUFFER_BYTES (32 MiB),
 # and the connections of one address it reads at once by TASKDESK_READING_PER_ADDRESS (64)
 # (config/web_worker.py).
-worker_class = "config.web_worker.HeaderTimeoutWorker"
+worker_class = f"{_PACKAGE.name}.web_worker.HeaderTimeoutWorker"
 # Each web process listens on a socket of its own (SO_REUSEPORT) and the kernel spreads new
 # connections over them. On one shared socket the process that woke first took a client's
 # keep-alive connection for as long as it lasted, so a few processes held most connections and

@@ -20,7 +20,7 @@ import dj_database_url
 import django_stubs_ext
 from django.core.exceptions import ImproperlyConfigured
 
-from config.env import (
+from .env import (
     env_bool,
     env_choice,
     env_email_url,
@@ -38,6 +38,12 @@ from config.env import (
 django_stubs_ext.monkeypatch()
 
 BASE_DIR = Path(__file__).resolve().parent.parent
+# Installed from the wheel, the templates and static files are package data inside this
+# package (setup.py), and the var folder's default is the working directory's `var/`, as the
+# Procfile's is; in the checkout they are the repository's folders.
+_PACKAGE_DIR = Path(__file__).resolve().parent
+_INSTALLED = (_PACKAGE_DIR / "templates").is_dir()
+_SHIPPED_DIR = _PACKAGE_DIR if _INSTALLED else BASE_DIR
 
 
 # The env_* helpers that read every variable are in config/env.py.
@@ -64,7 +70,7 @@ def _generated_secret(path: Path) -> str:
 # no state yet): the folders below are made when the apps are set up
 # (TasksAppConfig.ready), by the processes that use them. The one exception is a development
 # secret key, generated into VAR_DIR when SECRET_KEY is not set.
-VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or BASE_DIR / "var")
+VAR_DIR = Path(env_str("TASKDESK_VAR_DIR") or (Path.cwd() if _INSTALLED else BASE_DIR) / "var")
 DEBUG = env_bool("DEBUG", False)
 # A key generated here is this host's alone: processes on other hosts would generate their
 # own, and disagree about every signed value. /healthz warns when it is in use.
@@ -145,14 +151,18 @@ MIDDLEWARE = [
 # built a cookie signer on every request, /mcp included.
 MESSAGE_STORAGE = "django.contrib.messages.storage.session.SessionStorage"
 
-ROOT_URLCONF = "config.urls"
-WSGI_APPLICATION = "config.wsgi.application"
-ASGI_APPLICATION = "config.asgi.application"
+# This package: `config` in the repository, `taskdesk` once installed from the wheel (setup.py
+# maps the folder), so that it cannot clash with a Django project of its own named `config`.
+# tasks_app reaches the Celery app and the folders through it (tasks_app.settings_module).
+SETTINGS_PACKAGE = __name__.rpartition(".")[0]
+ROOT_URLCONF = f"{SETTINGS_PACKAGE}.urls"
+WSGI_APPLICATION = f"{SETTINGS_PACKAGE}.wsgi.application"
+ASGI_APPLICATION = f"{SETTINGS_PACKAGE}.asgi.application"
 
 TEMPLATES = [
     {
         "BACKEND": "django.template.backends.django.DjangoTemplates",
-        "DIRS": [BASE_DIR / "templates"],
+        "DIRS": [_SHIPPED_DIR / "templates"],
         "APP_DIRS": True,
         "OPTIONS": {
             "context_processors": [
@@ -183,7 +193,7 @@ if DATABASE_URL:
     _db["CONN_HEALTH_CHECKS"] = True
     _postgresql = _db["ENGINE"] == "django.db.backends.postgresql"
     if _postgresql:  # checks a kept connection only after it was idle: config/postgresql
-        _db["ENGINE"] = "config.postgresql"
+        _db["ENGINE"] = f"{SETTINGS_PACKAGE}.postgresql"
     # The hot paths (accepting a call, a leg's claim and its end) run as server-side prepared
     # statements, parsed and planned once per connection; Django's own queries use
     # client-side binding and are never prepared. Off (DB_PREPARED_STATEMENTS=false) behind a
@@ -269,7 +279,7 @@ USE_TZ = True
 
 STATIC_URL = "/static/"
 STATIC_ROOT = VAR_DIR / "staticfiles"
-STATICFILES_DIRS = [BASE_DIR / "static"]
+STATICFILES_DIRS = [_SHIPPED_DIR / "static"]
 STORAGES = {
     "default": {"BACKEND": "django.core.files.storage.FileSystemStorage"},
     "staticfiles": {"BACKEND": "whitenoise.storage.CompressedManifestStaticFilesStorage"},
@@ -383,7 +393,7 @@ elif _broker_scheme.startswith("redis"):
     # A receipt waits for one publish (tasks_app.dispatch): bound it when Redis goes away
     # without closing the connection, so the record falls to the sweeper instead. The
     # worker's blocking reads (BRPOP, 1 s) stay well inside the read timeout.
-    CELERY_BROKER_TRANSPORT = "config.broker:RedisTransport"  # one client per channel
+    CELERY_BROKER_TRANSPORT = f"{SETTINGS_PACKAGE}.broker:RedisTransport"  # one client per channel
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "visibility_timeout": 3600,
         "socket_connect_timeout": 2,
@@ -444,7 +454,9 @@ CELERY_DB_REUSE_MAX = env_int("CELERY_DB_REUSE_MAX", 1000, minimum=1)
 # whenever the worker holds it: a worker kept off the CPU while it holds the lock would hold
 # up every web process (measured: end to end fell from 110 to 10 tasks a second).
 WORKER_NICE = env_int(
-    "WORKER_NICE", 10 if DATABASES["default"]["ENGINE"] == "config.postgresql" else 0, minimum=0
+    "WORKER_NICE",
+    10 if DATABASES["default"]["ENGINE"] == f"{SETTINGS_PACKAGE}.postgresql" else 0,
+    minimum=0,
 )
 if WORKER_NICE > 19:
     raise ImproperlyConfigured(

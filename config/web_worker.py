@@ -44,7 +44,7 @@ from typing import Any
 from gunicorn.http2 import negotiation  # type: ignore[import-untyped]
 from gunicorn.workers.gthread import TConn, ThreadWorker  # type: ignore[import-untyped]
 
-from config.env import env_float, env_int
+from .env import env_float, env_int
 
 #: Read at most this much per request in the poller (headers plus a small body).
 MAX_BUFFERED_BODY = 1024 * 1024

@@ -6,9 +6,9 @@ import sys
 from django.core.exceptions import ImproperlyConfigured
 from django.core.wsgi import get_wsgi_application
 
-from config.env import one_line
+from .env import one_line
 
-os.environ.setdefault("DJANGO_SETTINGS_MODULE", "config.settings")
+os.environ.setdefault("DJANGO_SETTINGS_MODULE", f"{__package__}.settings")
 
 # gunicorn's master has loaded the settings already (config/gunicorn.conf.py) and imports this
 # module before it forks the web processes (preload_app); what is left to fail here is setting

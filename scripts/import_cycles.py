@@ -12,8 +12,13 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import grimp
+
+# The checkout's packages, `config` among them: only the checkout names the settings package
+# so (the installed project names it `taskdesk`, setup.py).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 PACKAGES = ("tasks_app", "elicitations", "config")
 MAX_CYCLES_SHOWN = 50  # per tangle

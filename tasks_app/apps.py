@@ -15,10 +15,9 @@ class TasksAppConfig(AppConfig):
         from django.conf import settings
         from django.core.exceptions import ImproperlyConfigured
 
-        from config import folders
-        from tasks_app import tracing, webhooks
+        from tasks_app import settings_module, tracing, webhooks
 
-        folders.prepare(settings)  # the settings' import made none of them
+        settings_module("folders").prepare(settings)  # the settings' import made none of them
         from tasks_app.authserver import checks as _  # noqa: F401 - registers its checks
         from tasks_app.mcp import checks  # noqa: F401 - registers the system checks
         from tasks_app.tools.registry import ToolDefinitionError, load_toolsets

@@ -50,7 +50,7 @@ from django.db import (
 from django.db.models import F, Q
 from django.utils import timezone
 
-from tasks_app import db, tracing
+from tasks_app import celery_app, db, tracing
 from tasks_app.models import TERMINAL_STATUSES, Dispatch, Task
 
 log = logging.getLogger(__name__)
@@ -98,7 +98,7 @@ def publish_later(task_id: str, *, seconds: float) -> None:
     sweeper dispatches the leg once it is due (``runtime.dispatch_due_retries``)."""
 
     def send() -> None:
-        from config.celery import app
+        app = celery_app()
 
         try:
             app.send_task(
@@ -160,7 +160,7 @@ def wake(why: str) -> bool:
     """Send one message that runs no record of its own: the worker process that takes it
     runs waiting legs (records left to drainers). Return False if the broker failed (the
     sweeper publishes what is left once no drainer is fresh)."""
-    from config.celery import app
+    app = celery_app()
 
     try:
         app.send_task(RUN_TASK_JOB, kwargs={}, retry=True, retry_policy=_FAST_RETRY,
@@ -225,7 +225,7 @@ def _mark_published(ids: list[int]) -> None:
 
 
 def _send(records: Sequence[Pending]) -> None:
-    from config.celery import app
+    app = celery_app()
 
     # A batch (one pipelined round trip for many records) costs a Redis client of its own;
     # a receipt's single record goes out without one.

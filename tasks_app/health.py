@@ -26,6 +26,8 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
+from tasks_app import celery_app
+
 # What a report covers (``report``).
 WEB, DEPLOYMENT, STRICT = "web", "deployment", "strict"
 
@@ -41,7 +43,7 @@ def check_database() -> dict[str, Any]:
 
 
 def check_broker() -> dict[str, Any]:
-    from config.celery import app
+    app = celery_app()
 
     url = settings.CELERY_BROKER_URL
     scheme = url.split("://", 1)[0]

@@ -23,17 +23,19 @@ from __future__ import annotations
 
 import logging
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import jwt
 from django.conf import settings
 
-from config.env import OAuthIssuer
 from tasks_app.clients import ClientTenantMismatch, client_get_or_create
 from tasks_app.models import Client
 from tasks_app.oauth import jwks, resource
 from tasks_app.oauth.access import SCOPES, Access
+
+if TYPE_CHECKING:
+    from config.env import OAuthIssuer  # `taskdesk.env` once installed
 
 log = logging.getLogger("tasks_app.oauth")
 

@@ -20,14 +20,16 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 import jwt
 import urllib3
 from django.conf import settings
 
-from config.env import OAuthIssuer
+if TYPE_CHECKING:
+    from config.env import OAuthIssuer  # `taskdesk.env` once installed
+
 
 log = logging.getLogger("tasks_app.oauth")
 

@@ -750,6 +750,10 @@ PROMETHEUS_MULTIPROC_DIR = Path(env_str("PROMETHEUS_MULTIPROC_DIR") or VAR_DIR /
 os.environ["PROMETHEUS_MULTIPROC_DIR"] = str(PROMETHEUS_MULTIPROC_DIR)
 # A bearer token for /metrics; without one only loopback callers may read it.
 TASKDESK_METRICS_TOKEN = env_secret("TASKDESK_METRICS_TOKEN")
+# How long the database's gauges of /metrics (tasks by status, the dispatch backlog, effects,
+# heartbeats, pending questions) are reused: read by one scrape, kept in the shared cache, so
+# the web replicas read the database once per interval between them. 0: read at every scrape.
+TASKDESK_METRICS_DATABASE_SECONDS = env_float("TASKDESK_METRICS_DATABASE_SECONDS", 10.0, minimum=0)
 # A worker node's own /metrics (its pool's leg and task durations), served by its main process
 # on this port (0: off), on TASKDESK_WORKER_METRICS_HOST (loopback unless set: a pod sets
 # 0.0.0.0), with the same token rule as the web's /metrics.

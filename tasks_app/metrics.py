@@ -11,7 +11,10 @@ Two kinds, each where it is right:
 - **Gauges of current state** (tasks by status, the dispatch backlog, effects by state, the
   worker heartbeat) are read from the database when ``/metrics`` is scraped, by
   ``DatabaseCollector``: the database is the truth, whatever process changed it, and nothing
-  has to keep a gauge up to date. Each is one cheap query on an index.
+  has to keep a gauge up to date. Each is a cheap query on an index, exact for what is still
+  open and estimated past a size for what has ended, and their text is reused for
+  ``TASKDESK_METRICS_DATABASE_SECONDS`` from the shared cache (``database_exposition``), so
+  however many replicas are scraped, the database is read about once an interval.
 
 The pending questions are the elicitations app's (``elicitations.metrics``); the view that
 serves ``/metrics`` adds that collector to these.
@@ -23,12 +26,13 @@ import hmac
 import ipaddress
 import logging
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import DatabaseError
 from django.db.models import Count, Min
 from django.http import HttpRequest, HttpResponse, JsonResponse
@@ -44,7 +48,7 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tasks_app.db.counting import capped_count
+from tasks_app.db.counting import capped_count, planner_estimate
 from tasks_app.models import Dispatch, Effect, EffectState, Status, Task, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -137,8 +141,11 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
-# /metrics counts each status exactly up to this many tasks (``DatabaseCollector._tasks``).
+# /metrics counts each status exactly up to this many tasks (``DatabaseCollector._tasks``),
+# and the effects of each state while the ledger holds no more than this many.
 TASKS_EXACT_UP_TO = 10_000
+# The effects still open: counted exactly (capped) at any size, on their partial indexes.
+OPEN_EFFECT_STATES = (EffectState.INTENDED, EffectState.UNKNOWN)
 
 
 class DatabaseCollector(Collector):
@@ -225,15 +232,30 @@ class DatabaseCollector(Collector):
         )
 
     def _effects(self) -> Metric:
-        counts = dict(
-            Effect.objects.order_by()
-            .values_list("state")
-            .annotate(n=Count("pk"))
-            .values_list("state", "n")
-        )
+        # A small ledger is counted exactly by one GROUP BY. Past TASKS_EXACT_UP_TO rows the
+        # open states are counted on their partial indexes (effect_intended, effect_unknown)
+        # and the settled ones, the bulk of the ledger, are PostgreSQL's estimates: a GROUP BY
+        # would read every row at every scrape.
         family = GaugeMetricFamily(
-            "taskdesk_effects", "Effects in the ledger by state.", labels=["state"]
+            "taskdesk_effects",
+            f"Effects in the ledger by state (intended and unknown exact; the others exact "
+            f"up to {TASKS_EXACT_UP_TO:,} effects in all, PostgreSQL's estimate beyond).",
+            labels=["state"],
         )
+        effects = Effect.objects.order_by()
+        if not capped_count(effects, TASKS_EXACT_UP_TO).estimate:
+            counts = dict(
+                effects.values_list("state").annotate(n=Count("pk")).values_list("state", "n")
+            )
+        else:
+            counts = {
+                state: (
+                    capped_count(effects.filter(state=state), TASKS_EXACT_UP_TO).value
+                    if state in OPEN_EFFECT_STATES
+                    else planner_estimate(effects.filter(state=state))
+                )
+                for state in EffectState.values
+            }
         for state in EffectState.values:
             family.add_metric([state], counts.get(state, 0))
         return family
@@ -242,15 +264,44 @@ class DatabaseCollector(Collector):
 # --- the scrape ----------------------------------------------------------------------------
 
 
-def exposition(collectors: Iterable[Collector]) -> bytes:
+def exposition(collectors: Sequence[Collector]) -> bytes:
     """The Prometheus text of every process's counters and histograms (this host's
-    multiprocess folder) and of COLLECTORS."""
+    multiprocess folder) and of COLLECTORS, the database's gauges (``database_exposition``)."""
     registry = CollectorRegistry(auto_describe=False)
     folder = str(settings.PROMETHEUS_MULTIPROC_DIR)
     multiprocess.MultiProcessCollector(registry, path=folder)  # type: ignore[no-untyped-call]
+    text = generate_latest(registry)
+    return text + database_exposition(collectors) if collectors else text
+
+
+# Where the database gauges' text is kept between scrapes (the shared cache: Redis or the
+# database in production, so every web replica finds what one of them read).
+DATABASE_GAUGES_KEY = "metrics:database-gauges"
+
+
+def database_exposition(collectors: Sequence[Collector]) -> bytes:
+    """The Prometheus text of COLLECTORS, read from the database at most once every
+    ``TASKDESK_METRICS_DATABASE_SECONDS`` by all the processes sharing the cache. A cache
+    that cannot be reached only means reading the database each time."""
+    keep = settings.TASKDESK_METRICS_DATABASE_SECONDS
+    if keep > 0:
+        try:
+            kept = cache.get(DATABASE_GAUGES_KEY)
+        except Exception as exc:  # the cache is down: read the database, as without one
+            log.warning("metrics: the shared cache could not be read: %s", exc)
+            kept = None
+        if isinstance(kept, bytes):
+            return kept
+    registry = CollectorRegistry(auto_describe=False)
     for collector in collectors:
         registry.register(collector)
-    return generate_latest(registry)
+    text = generate_latest(registry)
+    if keep > 0:
+        try:
+            cache.set(DATABASE_GAUGES_KEY, text, keep)
+        except Exception as exc:
+            log.warning("metrics: the shared cache could not be written: %s", exc)
+    return text
 
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST

@@ -74,6 +74,8 @@ class Effect(models.Model):
         indexes = [
             # The dashboard's attention list: tasks with an effect waiting for an operator.
             models.Index(fields=["task"], condition=Q(state="unknown"), name="effect_unknown"),
+            # /metrics counts the effects in flight exactly, however large the ledger.
+            models.Index(fields=["task"], condition=Q(state="intended"), name="effect_intended"),
         ]
 
     def __str__(self) -> str:

@@ -178,6 +178,63 @@ def test_effects_by_state(client, alice) -> None:  # type: ignore[no-untyped-def
     assert value(found, "taskdesk_effects", state="intended") == 0
 
 
+@pytest.mark.postgres
+def test_past_the_exact_limit_settled_effects_are_estimated_and_open_ones_counted(  # type: ignore[no-untyped-def]
+    client, alice, monkeypatch
+) -> None:
+    from django.db import connection
+
+    from tasks_app import metrics
+
+    monkeypatch.setattr(metrics, "TASKS_EXACT_UP_TO", 50)
+    task = make_task(alice)
+    Effect.objects.bulk_create(
+        Effect(task=task, seq=i, name="send", downstream_key=f"k{i}", state="confirmed")
+        for i in range(400)
+    )
+    Effect.objects.create(task=task, seq=400, name="send", downstream_key="u", state="unknown")
+    for i in (401, 402):
+        Effect.objects.create(
+            task=task, seq=i, name="send", downstream_key=f"i{i}", state="intended"
+        )
+    with connection.cursor() as cursor:
+        cursor.execute("ANALYZE tasks_app_effect")
+
+    found = scrape(client)
+
+    assert 300 <= value(found, "taskdesk_effects", state="confirmed") <= 500  # an estimate
+    assert value(found, "taskdesk_effects", state="unknown") == 1
+    assert value(found, "taskdesk_effects", state="intended") == 2
+
+
+def test_the_database_gauges_are_read_once_an_interval_for_every_replica(  # type: ignore[no-untyped-def]
+    client, alice, settings
+) -> None:
+    from django.core.cache import cache
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+
+    from tasks_app import metrics
+
+    settings.TASKDESK_METRICS_DATABASE_SECONDS = 30
+    make_task(alice)
+    first = scrape(client)
+    make_task(alice)
+    # Another replica (another test client; the cache is shared) within the interval: the
+    # same text, and no query of the tasks for it (the cache may be the database's).
+    from django.test import Client
+
+    with CaptureQueriesContext(connection) as queries:
+        again = scrape(Client())
+    assert not [q["sql"] for q in queries.captured_queries if "tasks_app_" in q["sql"]]
+    assert value(first, "taskdesk_tasks", status="working") == 1
+    assert value(again, "taskdesk_tasks", status="working") == 1
+    # The process's own counters are not kept: only the database's gauges are.
+    assert ("taskdesk_database_up", ()) in again
+    cache.delete(metrics.DATABASE_GAUGES_KEY)  # the interval is over
+    assert value(scrape(client), "taskdesk_tasks", status="working") == 2
+
+
 HEARTBEAT = "taskdesk_worker_heartbeat_age_seconds"
 
 

@@ -43,7 +43,7 @@ from tasks_app.models import (
 _VALUES = ", ".join(f"%({name})s" for name in rows.TASK_COLUMN_NAMES)
 _INSERTED = ", ".join("new_task.id" if name == "id" else "NULL" for name in rows.TASK_COLUMN_NAMES)
 
-_INSERT_OR_GET_POSTGRESQL = f"""
+_WRITES_POSTGRESQL = f"""
 WITH new_task AS (
     INSERT INTO tasks_app_task ({rows.TASK_COLUMNS}) VALUES ({_VALUES})
     ON CONFLICT (client_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
@@ -67,26 +67,25 @@ WITH new_task AS (
         (SELECT tenant_id FROM tasks_app_client WHERE id = new_task.client_id), %(origin)s
     FROM new_task
     RETURNING id
-){{origin}}
-SELECT {_INSERTED}, outbox.id FROM new_task, outbox
-UNION ALL
-SELECT old_task.*, NULL FROM old_task
-"""
-INSERT_OR_GET_POSTGRESQL = _INSERT_OR_GET_POSTGRESQL.replace("{origin}", "")
-# The same for a call made with an OAuth token: the new task's TaskOrigin too, in the same
-# statement. Its person is its grant's (the built-in server's tokens name both, an external
-# issuer's neither), so a grant deleted since its token was verified leaves both empty rather
-# than failing the call.
-INSERT_OR_GET_WITH_ORIGIN_POSTGRESQL = _INSERT_OR_GET_POSTGRESQL.replace(
-    "{origin}",
-    """, origin AS (
+)"""
+# A call made with an OAuth token writes the new task's TaskOrigin in the same statement. Its
+# person is its grant's (the built-in server's tokens name both, an external issuer's
+# neither), so a grant deleted since its token was verified leaves both empty rather than
+# failing the call.
+_ORIGIN_POSTGRESQL = """, origin AS (
     INSERT INTO tasks_app_taskorigin (task_id, app, person_id, person_name, grant_id)
     SELECT new_task.id, %(origin_app)s, origin_grant.person_id, %(origin_person_name)s,
         origin_grant.id
     FROM new_task LEFT JOIN tasks_app_oauthgrant origin_grant
         ON origin_grant.id = %(origin_grant_id)s
-)""",
-)
+)"""
+_RESULT_POSTGRESQL = f"""
+SELECT {_INSERTED}, outbox.id FROM new_task, outbox
+UNION ALL
+SELECT old_task.*, NULL FROM old_task
+"""
+INSERT_OR_GET_POSTGRESQL = _WRITES_POSTGRESQL + _RESULT_POSTGRESQL
+INSERT_OR_GET_WITH_ORIGIN_POSTGRESQL = _WRITES_POSTGRESQL + _ORIGIN_POSTGRESQL + _RESULT_POSTGRESQL
 
 
 def insert_or_get_in_transaction(
@@ -101,9 +100,8 @@ def insert_or_get_in_transaction(
     """Insert TASK with its ``accepted`` event, its dispatch record and JOURNAL, unless the
     client's idempotency key already names a task; then return that one. ALSO, given the new
     task, writes what must be committed with it (a run again's effects and links); ORIGIN is
-    its TaskOrigin. Commits
-    before it returns (``durable``: never inside a caller's transaction). In a transaction:
-    SQLite's IMMEDIATE transactions serialize writers."""
+    its TaskOrigin. Commits before it returns (``durable``: never inside a caller's
+    transaction). In a transaction: SQLite's IMMEDIATE transactions serialize writers."""
     for _attempt in range(3):
         with transaction.atomic(durable=True):
             try:

@@ -58,10 +58,10 @@ TOOLS = ["export_report", "refund_payment", "send_notice", "slow_echo", "confirm
 
 SEED = """
 INSERT INTO tasks_app_tenant (slug, created_at) VALUES ('north', now()), ('south', now());
-INSERT INTO tasks_app_client (name, tenant_id, created_at)
+INSERT INTO tasks_app_client (name, tenant_id, created_at, allowed_tools)
 SELECT 'client-' || lpad(i::text, 2, '0'),
        (SELECT id FROM tasks_app_tenant WHERE slug = CASE WHEN i % 2 = 0 THEN 'north' ELSE 'south' END),
-       now()
+       now(), '[]'::jsonb
 FROM generate_series(1, 20) AS i;
 
 -- Task g = 1 is the newest; one is accepted every 30 days / N.

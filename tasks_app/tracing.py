@@ -26,6 +26,9 @@ The trace context (W3C ``traceparent``) is kept in the dispatch record's ``conte
 the request id, because a leg may start from the database without its message
 (``TASKDESK_WAITING_LEGS_SECONDS``); it also travels in the Celery message's headers. While a
 span is current, log records carry ``trace_id`` and ``span_id`` (``logcontext``).
+
+Each process exports its own spans in batches; a Celery pool process sends what it still
+holds as it ends (``_flush_at_exit``), as the other processes do at exit.
 """
 
 from __future__ import annotations
@@ -78,7 +81,20 @@ def configure(exporter: Any = None, *, instrument: bool | None = None) -> bool:
     logcontext.trace_ids = _ids
     if exporter is None if instrument is None else instrument:
         _instrument(_provider)
+    from celery.signals import worker_process_shutdown
+
+    worker_process_shutdown.connect(_flush_at_exit, dispatch_uid="taskdesk_tracing_flush")
     return True
+
+
+def _flush_at_exit(**kwargs: Any) -> None:
+    """Export what a Celery pool process has not sent yet, as it ends. The pool process ends
+    with ``os._exit``, which skips the provider's own shutdown at exit: without this, the
+    spans of its last legs (those of the last ``OTEL_BSP_SCHEDULE_DELAY``, 5 s by default)
+    would be lost whenever a worker stops or replaces a pool process. An unreachable
+    collector holds the end back by an export's ``OTEL_EXPORTER_OTLP_TIMEOUT``, 30 s at most."""
+    if _provider is not None:
+        _provider.shutdown()
 
 
 # The instrumentations of the `otel` extra: (module, class). Django's makes the HTTP server

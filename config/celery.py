@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import gc
 import os
 import time
 from typing import Any
 
+import click
 from celery import Celery
 from celery.signals import (
     import_modules,
+    worker_before_create_process,
     worker_init,
     worker_process_init,
     worker_process_shutdown,
 )
 from kombu.transport import TRANSPORT_ALIASES
 
+from .control import EmbeddedBeat
 from .env import load_settings, settings_errors_end_the_process
 
 # "filesystem://" (the embedded default broker) means the atomic variant in config.broker.
@@ -22,6 +26,11 @@ from .env import load_settings, settings_errors_end_the_process
 TRANSPORT_ALIASES["filesystem"] = f"{__package__}.broker:Transport"
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", f"{__package__}.settings")
+# Celery's Django fixup runs Django's system checks when a worker starts. They belong to
+# manage.py (`migrate` runs them at every release; ours are deploy checks), and in a worker
+# their URL checks import every view, the REST framework and the OpenAPI generator, which
+# no job uses: 27 MiB of each worker's memory (docs/benchmarks.md).
+os.environ.setdefault("CELERY_SKIP_CHECKS", "1")
 
 
 # A malformed setting ends `celery worker` and `celery beat` with one line naming it
@@ -46,6 +55,15 @@ def _set_up_django(sender: Any = None, **kwargs: Any) -> None:
 app = Celery("taskdesk")
 app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks()
+# The control worker's beat, in a thread of its own process (config/control.py).
+app.user_options["worker"].add(
+    click.Option(
+        ["--embed-beat/--no-embed-beat"],
+        default=False,
+        help="Send the periodic jobs from a thread of this worker (beat without a process).",
+    )
+)
+app.steps["worker"].add(EmbeddedBeat)
 
 
 @app.on_configure.connect
@@ -65,6 +83,16 @@ def _legs_yield_the_cpu(sender: Any = None, **kwargs: Any) -> None:
     queues = set(sender.app.amqp.queues.consume_from) if sender is not None else set()
     if queues and settings.TASKDESK_CONTROL_QUEUE not in queues:
         run_below(settings.WORKER_NICE)
+
+
+@worker_before_create_process.connect
+def _share_what_is_loaded(**kwargs: Any) -> None:
+    """Before a pool process is forked: what the main process has loaded (Django, the apps,
+    the tools) moves out of the garbage collector's reach, so that the child's collections
+    never write to those objects' pages and the two processes keep sharing them (copy on
+    write copies a page at its first write). Measured in docs/benchmarks.md."""
+    gc.collect()
+    gc.freeze()
 
 
 def run_below(nice: int) -> None:

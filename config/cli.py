@@ -43,21 +43,27 @@ def worker_command() -> list[str]:
     return [*_celery("worker", "--pool", "prefork", "--queues", "celery"), "-n", "worker@%h"]
 
 
+def _schedule() -> str:
+    return str(Path(os.environ.get("TASKDESK_VAR_DIR") or "var") / "celerybeat-schedule")
+
+
 def control_command() -> list[str]:
-    control = ("worker", "--pool", "prefork", "--concurrency", "1", "--queues", "control")
+    control = ("worker", "--pool", "solo", "--queues", "control", "--embed-beat", "-s", _schedule())
     return [*_celery(*control), "-n", "control@%h"]
 
 
 def beat_command() -> list[str]:
-    var = os.environ.get("TASKDESK_VAR_DIR") or "var"
-    return [*_celery("beat"), "-s", str(Path(var) / "celerybeat-schedule")]
+    return [*_celery("beat"), "-s", _schedule()]
 
 
 PROCESSES: dict[str, tuple[Callable[[], list[str]], str]] = {
     "serve": (serve_command, f"the web server: gunicorn {PACKAGE}.wsgi with its gunicorn.conf.py"),
     "worker": (worker_command, "a leg worker (Celery, the `celery` queue, node worker@HOST)"),
-    "control": (control_command, "the control worker (the `control` queue, one at a time)"),
-    "beat": (beat_command, "the periodic jobs' sender, with its schedule in TASKDESK_VAR_DIR"),
+    "control": (
+        control_command,
+        "the control worker (the `control` queue, one job at a time) with beat in a thread",
+    ),
+    "beat": (beat_command, "beat alone, for a control worker started with --no-embed-beat"),
 }
 COMMANDS = {
     "migrate": "manage.py migrate: the database's tables, once per release",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gc
 import importlib
 import multiprocessing
 import os
@@ -142,6 +143,18 @@ def _bind_error(address: str) -> str | None:
             except OSError as error:
                 return error.strerror or str(error)
     return None
+
+
+def pre_fork(server: Any, worker: Any) -> None:
+    """Before a web process is forked from the master: every view module is imported (the
+    URL patterns resolved), and what the master holds moves out of the garbage collector's
+    reach (gc.freeze), so that the web processes' collections never write to those objects'
+    pages and all of them keep sharing one copy (docs/benchmarks.md)."""
+    from django.urls import get_resolver
+
+    get_resolver().url_patterns  # noqa: B018 - imports every view module once, here
+    gc.collect()
+    gc.freeze()
 
 
 def child_exit(server: Any, worker: Any) -> None:

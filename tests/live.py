@@ -1,7 +1,7 @@
 """Real processes for integration tests: starting them, waiting for them, stopping them.
 
 ``LiveStack`` starts gunicorn (several processes), a Celery worker (prefork) for legs and,
-when asked, Celery beat with the control worker that runs its jobs (as the Procfile does), all
+when asked, the control worker with beat in a thread of it (as the Procfile does), all
 pointed at the test database pytest-django created and at the broker of this
 run (the embedded filesystem broker under a fresh folder, or ``CELERY_BROKER_URL``). Tests
 that use it need committed data: use the ``transactional_db`` fixture. ``RedisServer`` runs a
@@ -202,7 +202,6 @@ class LiveStack:
             self.start_worker()
         if self.want_beat:
             self.start_control()
-            self.start_beat()
         if wait:
             self.wait_healthy()
         return self
@@ -269,15 +268,35 @@ class LiveStack:
             env,
         )
 
-    def start_control(self) -> subprocess.Popen[bytes]:
-        """The worker of the control queue (sweeper, heartbeat, deadlines, purge)."""
-        return self.start_worker(1, name="control", queue="control")
+    def start_control(self, *, embed_beat: bool = True) -> subprocess.Popen[bytes]:
+        """The worker of the control queue (sweeper, heartbeat, deadlines, purge), one process
+        that runs its jobs itself and, unless not EMBED_BEAT, sends them from beat's thread,
+        as the Procfile's."""
+        return self._spawn(
+            "control",
+            self._celery(
+                "worker",
+                "--pool",
+                "solo",
+                "--queues",
+                "control",
+                "--embed-beat" if embed_beat else "--no-embed-beat",
+                "-s",
+                str(self.tmp / "celerybeat-schedule"),
+                "--loglevel",
+                self.env.get("LOG_LEVEL", "INFO"),
+                "-n",
+                f"control-{self.port}@%h",
+                "--without-mingle",
+                "--without-gossip",
+            ),
+        )
 
     def start_beat(self) -> subprocess.Popen[bytes]:
-        return self._spawn(
-            "beat",
-            self._celery("beat", "--loglevel", "INFO", "-s", str(self.tmp / "celerybeat-schedule")),
-        )
+        """Beat as a process of its own (``taskdesk beat``), beside a control worker started
+        without its own."""
+        schedule = str(self.tmp / "celerybeat-schedule")
+        return self._spawn("beat", self._celery("beat", "--loglevel", "INFO", "-s", schedule))
 
     def stop(self, name: str, sig: int = signal.SIGTERM, timeout: float = 15) -> None:
         proc = self.procs.pop(name, None)

@@ -103,7 +103,7 @@ def test_each_process_command_runs_what_the_procfile_runs(monkeypatch):
     assert _as_the_procfile_writes_it(cli.serve_command()) == procfile["web"]
     assert _as_the_procfile_writes_it(cli.worker_command()) == procfile["worker"]
     assert _as_the_procfile_writes_it(cli.control_command()) == procfile["control"]
-    assert _as_the_procfile_writes_it(cli.beat_command()) == procfile["beat"]
+    assert "beat" not in procfile  # the control worker sends the periodic jobs itself
 
 
 def test_a_json_log_format_quiets_celery_and_the_schedule_follows_the_var_folder(monkeypatch):
@@ -113,3 +113,8 @@ def test_a_json_log_format_quiets_celery_and_the_schedule_follows_the_var_folder
     beat = cli.beat_command()
     schedule = str(Path("/srv/taskdesk/celerybeat-schedule"))
     assert beat[3:] == ["-A", "config", "--quiet", "beat", "--loglevel", "DEBUG", "-s", schedule]
+    control = cli.control_command()
+    assert control[control.index("--embed-beat") + 1 : control.index("--loglevel")] == [
+        "-s",
+        schedule,
+    ]

@@ -58,7 +58,7 @@ def make_run(**env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
             lambda: (
                 all(
                     f"{n}.1 started" in (text := out.read_text())
-                    for n in ("web", "worker", "control", "beat")
+                    for n in ("web", "worker", "control")
                 )
                 and text.count(" ready.") >= 2
             ),  # both Celery workers
@@ -82,10 +82,10 @@ def test_ctrl_c_lets_the_worker_finish_the_leg_it_is_running(transactional_db, a
         text = out.read_text()
 
     assert supervisor.returncode == 0, text[-3000:]
-    assert "SIGINT received: sending SIGTERM to web.1, worker.1, control.1, beat.1" in text
+    assert "SIGINT received: sending SIGTERM to web.1, worker.1, control.1" in text
     assert "worker.1  | worker: Warm shutdown" in text
     assert "WorkerLostError" not in text, text[-3000:]
-    for name in ("web", "worker", "control", "beat"):
+    for name in ("web", "worker", "control"):
         assert f"{name}.1 stopped (rc=0)" in text, text[-3000:]
     assert took < 10
     task.refresh_from_db()
@@ -102,9 +102,9 @@ def test_a_worker_that_dies_stops_make_run_with_a_message_naming_it(transactiona
         text = out.read_text()
 
     assert "worker.1 stopped (rc=-9)" in text
-    assert "worker.1 ended: sending SIGTERM to web.1, control.1, beat.1" in text
+    assert "worker.1 ended: sending SIGTERM to web.1, control.1" in text
     assert supervisor.returncode == 1
-    for name in ("web", "control", "beat"):
+    for name in ("web", "control"):
         assert f"{name}.1 stopped" in text, text[-3000:]
 
 
@@ -168,7 +168,7 @@ def real_make_run(**env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path, L
         text = out.read_text()
         if make.poll() is not None:
             raise AssertionError(f"make run ended with {make.returncode}:\n{text[-3000:]}")
-        if text.count(" ready.") < 2 or "beat.1 started" not in text:
+        if text.count(" ready.") < 2 or "control.1 started" not in text:
             return False
         try:
             return httpx.get(f"{stack.url}/healthz", timeout=2).status_code == 200

@@ -145,8 +145,7 @@ def test_keyed_calls_survive_a_killed_worker_and_a_stopped_web(  # type: ignore[
         stack.start_web("web2", port=second_port)
         for name in ("w1", "w2", "w3"):
             stack.start_worker(2, name=name)
-        stack.start_control()  # the sweeper, heartbeat and deadlines
-        stack.start_beat()
+        stack.start_control()  # the sweeper, heartbeat and deadlines, with beat
         stack.wait_healthy()
         second = f"http://127.0.0.1:{second_port}"
         wait_for("the second web", lambda: _healthy(second), 60, every=0.2)

@@ -111,7 +111,7 @@ def test_json_logs_follow_a_request_id_from_the_web_to_the_first_leg(
         wait_for("the leg's end in the worker log", ended, 60, every=0.2)
         stack.close()  # every process has written all it will
 
-        web, worker, beat = (lines(stack.log(name)) for name in ("web", "worker", "beat"))
+        web, worker, control = (lines(stack.log(name)) for name in ("web", "worker", "control"))
         # The web line of the call, with its client, tool and task.
         about = [line for line in web if line.get("request_id") == request_id]
         call = [line for line in about if line["message"].startswith("mcp ")]
@@ -128,7 +128,7 @@ def test_json_logs_follow_a_request_id_from_the_web_to_the_first_leg(
             assert line["request_id"] == request_id
             assert (line["tool"], line["client"], line["leg"]) == ("slow_echo", "alice", 1)
         # Every process wrote its start-up lines as JSON too.
-        for name, got in (("web", web), ("worker", worker), ("beat", beat)):
+        for name, got in (("web", web), ("worker", worker), ("control", control)):
             assert got, f"{name} wrote nothing"
             for line in got:
                 assert {"timestamp", "level", "logger", "message"} <= line.keys(), (name, line)

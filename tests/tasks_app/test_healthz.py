@@ -344,10 +344,14 @@ def test_strict_health_fails_and_readyz_stays_when_beat_stops_while_the_workers_
 
     from tests.live import wait_for
 
+    # Beat as a process of its own (`taskdesk beat`, a control worker with --no-embed-beat).
     stack = LiveStack(
-        env={"TASKDESK_HEARTBEAT_SECONDS": "1", "TASKDESK_WORKER_STALE_SECONDS": "3"}
-    ).start()
+        env={"TASKDESK_HEARTBEAT_SECONDS": "1", "TASKDESK_WORKER_STALE_SECONDS": "3"}, beat=False
+    ).start(wait=False)
     try:
+        stack.start_control(embed_beat=False)
+        stack.start_beat()
+        stack.wait_healthy()
 
         def strict() -> httpx.Response:
             return httpx.get(f"{stack.url}/healthz?strict=1", headers=MONITOR, timeout=5)

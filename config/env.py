@@ -24,11 +24,11 @@ import json
 import math
 import os
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from django.core.exceptions import ImproperlyConfigured
@@ -41,6 +41,8 @@ _FALSE = {"0", "false", "no", "off"}
 _RATE_PERIODS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 # user:password@ in a URL; the password is masked in messages.
 _URL_PASSWORD = re.compile(r"(//[^/@:]*:)[^/]*@")
+
+Number = TypeVar("Number", int, float)
 
 
 def redact_url(url: str) -> str:
@@ -84,43 +86,42 @@ def _range(minimum: float | None, maximum: float | None) -> str:
     return ""
 
 
-def _check_range(
-    name: str, value: float, raw: str, minimum: float | None, maximum: float | None
-) -> None:
+def _env_number(
+    name: str,
+    default: Number,
+    parse: Callable[[str], Number],
+    accepts: str,
+    minimum: float | None,
+    maximum: float | None,
+) -> Number:
+    """NAME as PARSE reads it (ACCEPTS says what it takes, for the message), DEFAULT when it
+    is unset or blank, refused outside MINIMUM..MAXIMUM or (a float) infinite or NaN."""
+    raw = os.environ.get(name)
+    if raw is None or raw.strip() == "":
+        return default
+    try:
+        value = parse(raw.strip())
+    except ValueError:
+        raise _bad(name, accepts + _range(minimum, maximum), raw) from None
+    if isinstance(value, float) and not math.isfinite(value):
+        raise _bad(name, "a finite number" + _range(minimum, maximum), raw)
     if minimum is not None and value < minimum:
         raise _bad(name, f"at least {_shown(minimum)}", raw.strip())
     if maximum is not None and value > maximum:
         raise _bad(name, f"at most {_shown(maximum)}", raw.strip())
+    return value
 
 
 def env_int(
     name: str, default: int, *, minimum: int | None = None, maximum: int | None = None
 ) -> int:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = int(raw.strip())
-    except ValueError:
-        raise _bad(name, "an integer" + _range(minimum, maximum), raw) from None
-    _check_range(name, value, raw, minimum, maximum)
-    return value
+    return _env_number(name, default, int, "an integer", minimum, maximum)
 
 
 def env_float(
     name: str, default: float, *, minimum: float | None = None, maximum: float | None = None
 ) -> float:
-    raw = os.environ.get(name)
-    if raw is None or raw.strip() == "":
-        return default
-    try:
-        value = float(raw.strip())
-    except ValueError:
-        raise _bad(name, "a number" + _range(minimum, maximum), raw) from None
-    if not math.isfinite(value):
-        raise _bad(name, "a finite number" + _range(minimum, maximum), raw)
-    _check_range(name, value, raw, minimum, maximum)
-    return value
+    return _env_number(name, default, float, "a number", minimum, maximum)
 
 
 def env_choice(name: str, default: str, choices: Iterable[str]) -> str:

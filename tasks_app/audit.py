@@ -18,7 +18,7 @@ from django.contrib.auth import get_user_model
 from django.db.models import Q, QuerySet
 
 from tasks_app import operators
-from tasks_app.listing.query import moment_of
+from tasks_app.listing.query import choice_of, dates_of, moment_of
 from tasks_app.models import AuditAction, AuditEntry, AuditOutcome, Tenant
 
 PAGE_SIZE = 50
@@ -91,31 +91,21 @@ class AuditFilters:
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> AuditFilters:
-        errors = []
+        errors: list[str] = []
         action = query.get("action", "").strip()
         if action and action not in AuditAction.values:
             errors.append(f"Unknown action “{action[:40]}”: choose one from the list.")
             action = ""
-        outcome = query.get("outcome", "").strip()
-        if outcome and outcome not in AuditOutcome.values:
-            choices = ", ".join(AuditOutcome.values)
-            errors.append(f"Unknown outcome “{outcome[:40]}”: choose one of {choices}.")
-            outcome = ""
-        dates = {}
-        for key, end in (("from", False), ("to", True)):
-            text = query.get(key, "").strip()[:40]
-            if text and moment_of(text, end=end) is None:
-                errors.append(f"“{text}” is not a date (YYYY-MM-DD) or date-time for “{key}”.")
-                text = ""
-            dates[key] = text
+        outcome = choice_of(query, "outcome", AuditOutcome.values, errors)
+        at_from, at_to = dates_of(query, errors)
         return cls(
             actor=query.get("actor", "").strip()[:200],
             action=action,
             outcome=outcome,
             tenant=query.get("tenant", "").strip()[:100],
             q=query.get("q", "").strip()[:250],
-            at_from=dates["from"],
-            at_to=dates["to"],
+            at_from=at_from,
+            at_to=at_to,
             errors=tuple(errors),
         )
 

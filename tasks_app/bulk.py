@@ -320,9 +320,7 @@ def _pages(
         if bounded.attention
         else None
     )
-    unknown = (
-        selectors.unknown_effect_task_ids() if bounded.outcome == Outcome.UNKNOWN_EFFECT else ()
-    )
+    unknown = listing.unknown_effects_for(bounded)
     while True:
         page = listing.task_page_for_operator(
             user=user, filters=bounded, cursor=cursor, attention=attention,

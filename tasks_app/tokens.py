@@ -12,7 +12,7 @@ import secrets
 import threading
 import time
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from django.conf import settings
 from django.utils import timezone
@@ -25,6 +25,10 @@ OPERATOR_TOKEN_PREFIX = "tdo_"
 # How stale an operator token's last_used_at may get: a request writes it at most this often.
 LAST_USED_EVERY = timedelta(minutes=1)
 _SALT = "taskdesk.client-token"
+# How many answers a process remembers before it starts again from none.
+RECENT_MAX = 10_000
+
+V = TypeVar("V")
 
 
 def hash_token(token: str, *, salt: str = _SALT) -> str:
@@ -61,18 +65,36 @@ def revoke_all(client: Client) -> int:
     return count
 
 
+class RecentAnswers(dict[str, V]):
+    """A process's recent positive answers to token lookups, by the token's digest, each with
+    what tells its reader whether it is still fresh. Read as a dict, without a lock; written
+    under one. Full at RECENT_MAX, it forgets every answer at once: a bound on the memory that
+    costs no bookkeeping of ages, and the next lookups only ask the database again."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+
+    def remember(self, digest: str, entry: V) -> None:
+        with self._lock:
+            if len(self) >= RECENT_MAX:
+                self.clear()
+            self[digest] = entry
+
+    def forget_all(self) -> None:
+        with self._lock:
+            self.clear()
+
+
 # Every MCP request authenticates, and the lookup was the largest part of a request's cost,
 # so each process remembers recent positive answers for TASKDESK_TOKEN_CACHE_SECONDS. A
 # revocation therefore takes effect in other processes within that many seconds (at once in
 # the revoking process). Unknown tokens are never cached, so a new token works at once.
-_recent: dict[str, tuple[float, Client]] = {}
-_recent_lock = threading.Lock()
-_RECENT_MAX = 10_000
+_recent: RecentAnswers[tuple[float, Client]] = RecentAnswers()
 
 
 def forget_cached() -> None:
-    with _recent_lock:
-        _recent.clear()
+    _recent.forget_all()
 
 
 def client_for_token(token: str) -> Client | None:
@@ -94,10 +116,7 @@ def client_for_token(token: str) -> Client | None:
         _recent.pop(digest, None)
         return None
     if ttl > 0:
-        with _recent_lock:
-            if len(_recent) >= _RECENT_MAX:
-                _recent.clear()
-            _recent[digest] = (now, row.client)
+        _recent.remember(digest, (now, row.client))
     return row.client
 
 

@@ -193,9 +193,7 @@ class TaskViewSet(OperatorViewSet):
             if filters.attention
             else None
         )
-        unknown = (
-            selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
-        )
+        unknown = listing.unknown_effects_for(filters)
         page = listing.task_page_for_operator(
             user=request.user, filters=filters, cursor=ListCursor.decode(paginator.cursor(request)),
             attention=attention, unknown_effects=unknown, size=paginator.size(request),

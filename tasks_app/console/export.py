@@ -21,7 +21,7 @@ from django.views.decorators.http import require_GET
 
 from elicitations.selectors import overdue_task_ids
 from tasks_app import listing, selectors
-from tasks_app.listing import Outcome, TaskFilters
+from tasks_app.listing import TaskFilters
 from tasks_app.operators import HtmxHttpRequest, operator_login_required
 
 # A spreadsheet runs a cell that starts with one of these as a formula (CSV injection): such a
@@ -46,9 +46,7 @@ def task_export(request: HtmxHttpRequest, fmt: str) -> HttpResponseBase:
             "\n".join(filters.errors) + "\n", status=400, content_type="text/plain; charset=utf-8"
         )
     attention = selectors.attention_filter(overdue_task_ids=overdue_task_ids())
-    unknown = (
-        selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
-    )
+    unknown = listing.unknown_effects_for(filters)
     tasks = listing.tasks_for_export(user=request.user, filters=filters, attention=attention,
                                      unknown_effects=unknown, fields=listing.RECORD_FIELDS)  # fmt: skip
     records = (listing.task_record(task) for task in tasks)

@@ -80,9 +80,7 @@ def task_list(request: HtmxHttpRequest) -> HttpResponse:
         return render(request, "tasks_app/task_list.html", context, status=400)
     cursor = ListCursor.decode(request.GET.get("cursor", ""))
     attention = selectors.attention_filter(overdue_task_ids=overdue_task_ids())
-    unknown = (
-        selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
-    )
+    unknown = listing.unknown_effects_for(filters)
     page = listing.task_page_for_operator(user=request.user, filters=filters, cursor=cursor,
                                             attention=attention, unknown_effects=unknown)  # fmt: skip
     effects = selectors.unknown_effects_of(t.pk for t in page.tasks)

@@ -49,6 +49,7 @@ from tasks_app.selectors import (
     task_rows_visible_to,
     tasks_visible_to,
     tool_names,
+    unknown_effect_task_ids,
 )
 
 __all__ = [
@@ -73,6 +74,7 @@ __all__ = [
     "search_filter",
     "task_counts_for_operator",
     "task_page_for_operator",
+    "unknown_effects_for",
 ]
 
 # --- a page of the list ---------------------------------------------------------------------
@@ -303,6 +305,12 @@ def _statuses(filters: TaskFilters) -> frozenset[str]:
     if filters.status:
         return frozenset({filters.status})
     return frozenset(Status.values)
+
+
+def unknown_effects_for(filters: TaskFilters) -> Iterable[str]:
+    """The ids ``task_page_for_operator`` needs as UNKNOWN_EFFECTS for FILTERS: read only when
+    they ask for that outcome, since no other list uses them."""
+    return unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
 
 
 def task_page_for_operator(

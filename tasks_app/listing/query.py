@@ -3,7 +3,7 @@ string), its orders with their keys, and the outcomes a completed task is split 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from datetime import UTC, date, datetime, timedelta
 from typing import Any
@@ -169,6 +169,29 @@ def _later(moment: datetime, by: timedelta) -> datetime | None:
         return None
 
 
+def choice_of(query: Mapping[str, str], key: str, choices: Sequence[str], errors: list[str]) -> str:
+    """QUERY's KEY when it is empty or one of CHOICES; otherwise empty, with a line in ERRORS
+    that names the choices."""
+    value = query.get(key, "").strip()
+    if value and value not in choices:
+        errors.append(f"Unknown {key} “{value[:40]}”: choose one of {', '.join(choices)}.")
+        return ""
+    return value
+
+
+def dates_of(query: Mapping[str, str], errors: list[str]) -> tuple[str, str]:
+    """QUERY's ``from`` and ``to`` as given (up to 40 characters), each left empty, with a line
+    in ERRORS, when ``moment_of`` cannot read it."""
+    dates = []
+    for key, end in (("from", False), ("to", True)):
+        text = query.get(key, "").strip()[:40]
+        if text and moment_of(text, end=end) is None:
+            errors.append(f"“{text}” is not a date (YYYY-MM-DD) or date-time for “{key}”.")
+            text = ""
+        dates.append(text)
+    return dates[0], dates[1]
+
+
 @dataclass(frozen=True)
 class TaskFilters:
     """The list's filters and order, exactly as the query string carries them, and what was
@@ -187,32 +210,16 @@ class TaskFilters:
 
     @classmethod
     def from_query(cls, query: Mapping[str, str]) -> TaskFilters:
-        errors = []
-        status = query.get("status", "").strip()
-        if status and status not in Status.values:
-            errors.append(
-                f"Unknown status “{status[:40]}”: choose one of {', '.join(Status.values)}."
-            )
-            status = ""
-        outcome = query.get("outcome", "").strip()
-        if outcome and outcome not in Outcome.values:
-            errors.append(
-                f"Unknown outcome “{outcome[:40]}”: choose one of {', '.join(Outcome.values)}."
-            )
-            outcome = ""
+        errors: list[str] = []
+        status = choice_of(query, "status", Status.values, errors)
+        outcome = choice_of(query, "outcome", Outcome.values, errors)
         if outcome in COMPLETED_OUTCOMES and status not in ("", Status.COMPLETED):
             errors.append(f"Outcome “{outcome}” is only for completed tasks, not {status}.")
         sort = query.get("sort", "").strip() or DEFAULT_SORT
         if sort not in SORTS:
             errors.append(f"Unknown sort “{sort[:40]}”: choose one of {', '.join(SORTS)}.")
             sort = DEFAULT_SORT
-        dates = {}
-        for key, upper in (("from", False), ("to", True)):
-            text = query.get(key, "").strip()[:40]
-            if text and moment_of(text, end=upper) is None:
-                errors.append(f"“{text}” is not a date (YYYY-MM-DD) or date-time for “{key}”.")
-                text = ""
-            dates[key] = text
+        created_from, created_to = dates_of(query, errors)
         filters = cls(
             status=status,
             outcome=outcome,
@@ -221,8 +228,8 @@ class TaskFilters:
             attention=query.get("attention", "") == "1",
             q=query.get("q", "").strip()[:255],
             sort=sort,
-            created_from=dates["from"],
-            created_to=dates["to"],
+            created_from=created_from,
+            created_to=created_to,
         )
         start, end = filters.created_range
         if start and end and start >= end:

@@ -226,15 +226,19 @@ class RetryLater(McpError):
         return {"Retry-After": str(self.retry_after)}
 
 
-# HTTP status of each JSON-RPC code on the 2026-07-28 transport; anything else answers 200.
+# HTTP status of each JSON-RPC code on the 2026-07-28 transport, as its class above says;
+# anything else answers 200.
 HTTP_STATUS = {
-    -32700: 400,
-    -32600: 400,
-    -32601: 404,
-    -32602: 400,
-    -32020: 400,
-    -32021: 400,
-    -32022: 400,
+    error.code: error.http_status
+    for error in (
+        ParseError,
+        InvalidRequest,
+        MethodNotFound,
+        InvalidParams,
+        HeaderMismatch,
+        MissingCapability,
+        UnsupportedVersion,
+    )
 }
 
 

@@ -16,7 +16,6 @@ never remembered.
 from __future__ import annotations
 
 import hashlib
-import threading
 import time
 from typing import Any
 
@@ -24,6 +23,7 @@ from django.conf import settings
 from django.core.signals import setting_changed
 from django.dispatch import receiver
 
+from tasks_app import tokens
 from tasks_app.oauth import builtin, issuers, jwks
 from tasks_app.oauth.access import Access
 
@@ -31,14 +31,12 @@ from tasks_app.oauth.access import Access
 # is refused before it is parsed.
 MAX_TOKEN_CHARS = 16 * 1024
 
-_recent: dict[str, tuple[float, Access]] = {}  # digest -> (trusted until, monotonic), access
-_recent_lock = threading.Lock()
-_RECENT_MAX = 10_000
+# digest -> (trusted until, monotonic), access
+_recent: tokens.RecentAnswers[tuple[float, Access]] = tokens.RecentAnswers()
 
 
 def forget_cached() -> None:
-    with _recent_lock:
-        _recent.clear()
+    _recent.forget_all()
 
 
 @receiver(setting_changed)
@@ -70,8 +68,5 @@ def _external(token: str) -> Access | None:
     if access.expires_at is not None:
         ttl = min(ttl, access.expires_at - time.time())
     if ttl > 0:
-        with _recent_lock:
-            if len(_recent) >= _RECENT_MAX:
-                _recent.clear()
-            _recent[digest] = (now + ttl, access)
+        _recent.remember(digest, (now + ttl, access))
     return access

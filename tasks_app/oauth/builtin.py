@@ -12,7 +12,6 @@ with it and compared on every use, so a token issued for another resource is ref
 
 from __future__ import annotations
 
-import threading
 import time
 from datetime import datetime
 
@@ -43,14 +42,11 @@ def hash_secret(value: str) -> str:
 # TASKDESK_TOKEN_CACHE_SECONDS, as tasks_app.tokens does for static tokens: a revocation
 # takes effect in other processes within that time (at once in the revoking process).
 # Unknown tokens are never remembered.
-_recent: dict[str, tuple[float, datetime, Access]] = {}
-_recent_lock = threading.Lock()
-_RECENT_MAX = 10_000
+_recent: tokens.RecentAnswers[tuple[float, datetime, Access]] = tokens.RecentAnswers()
 
 
 def forget_cached() -> None:
-    with _recent_lock:
-        _recent.clear()
+    _recent.forget_all()
 
 
 def verify(token: str) -> Access | None:
@@ -78,10 +74,7 @@ def verify(token: str) -> Access | None:
     access = _access_of(row)
     _mark_used(row.grant)
     if settings.TASKDESK_TOKEN_CACHE_SECONDS > 0:
-        with _recent_lock:
-            if len(_recent) >= _RECENT_MAX:
-                _recent.clear()
-            _recent[digest] = (now, row.expires_at, access)
+        _recent.remember(digest, (now, row.expires_at, access))
     return access
 
 

@@ -21,7 +21,7 @@ from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from elicitations.selectors import overdue_task_ids
 from tasks_app import audit, bulk, listing, operations, runtime, selectors
-from tasks_app.listing import Outcome, TaskFilters
+from tasks_app.listing import TaskFilters
 from tasks_app.models import (
     BulkKind,
     Effect,
@@ -228,9 +228,7 @@ def _task_filters(options: dict[str, Any]) -> TaskFilters:
 def _matching(options: dict[str, Any]) -> Iterator[Task]:
     """The tasks the options' filters match, in their order, read in batches."""
     filters = _task_filters(options)
-    unknown = (
-        selectors.unknown_effect_task_ids() if filters.outcome == Outcome.UNKNOWN_EFFECT else ()
-    )
+    unknown = listing.unknown_effects_for(filters)
     return listing.tasks_for_export(
         user=SHELL,
         filters=filters,

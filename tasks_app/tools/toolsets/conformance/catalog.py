@@ -11,6 +11,7 @@ from tasks_app.tools.results import text
 from tasks_app.tools.toolsets.conformance.fixtures import (
     IMAGE,
     PNG,
+    text_form,
     tools,
 )
 
@@ -52,13 +53,7 @@ def _prompt_with_image(ctx: ToolContext) -> list[dict[str, Any]]:
 
 def _input_required_prompt(ctx: ToolContext) -> str:
     answer = ctx.ask(
-        "user_context",
-        message="What context should the prompt use?",
-        schema={
-            "type": "object",
-            "properties": {"context": {"type": "string"}},
-            "required": ["context"],
-        },
+        "user_context", message="What context should the prompt use?", schema=text_form("context")
     )
     return f"Answer with this context in mind: {answer.content.get('context', '')}"
 

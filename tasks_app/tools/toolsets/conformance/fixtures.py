@@ -56,6 +56,17 @@ NAME_FORM = {
 }
 
 
+def text_form(field: str) -> dict[str, Any]:
+    """A form of one required, undescribed text FIELD."""
+    return {"type": "object", "properties": {field: {"type": "string"}}, "required": [field]}
+
+
+def ask_name_and_greet(ctx: ToolContext) -> str:
+    """Ask for the user's name and greet them by it (by the action, when they gave none)."""
+    answer = ctx.ask("user_name", message="What is your name?", schema=NAME_FORM)
+    return f"Hello, {answer.content.get('name', answer.action)}!"
+
+
 # The first tool listed must answer a call with no arguments: the suite's header checks
 # call whichever tool tools/list shows first with {}.
 @tools.tool
@@ -229,8 +240,7 @@ def test_missing_capability(ctx: ToolContext) -> str:
 def test_streaming_elicitation(ctx: ToolContext) -> str:
     """Ask for a name (as an input_required result, never a request on the stream)."""
     ctx.progress(0, 1, "asking")
-    answer = ctx.ask("user_name", message="What is your name?", schema=NAME_FORM)
-    return f"Hello, {answer.content.get('name', answer.action)}!"
+    return ask_name_and_greet(ctx)
 
 
 @tools.tool

@@ -3,27 +3,21 @@
 
 from __future__ import annotations
 
-from tasks_app.tools import ProtocolError, ToolContext
+from tasks_app.tools import Answer, ProtocolError, ToolContext
 from tasks_app.tools.toolsets.conformance.fixtures import (
     CONFIRM_FORM,
     NAME_FORM,
+    ask_name_and_greet,
     sampled_text,
+    text_form,
     tools,
 )
 
 # --- MRTR: input_required results on synchronous calls (SEP-2322) ----------------------
 
 
-@tools.tool
-def test_input_required_result_elicitation(ctx: ToolContext) -> str:
-    """Ask for a name, then greet."""
-    answer = ctx.ask("user_name", message="What is your name?", schema=NAME_FORM)
-    return f"Hello, {answer.content.get('name', answer.action)}!"
-
-
-@tools.tool
-def test_input_required_result_sampling(ctx: ToolContext) -> str:
-    """Ask the client's model a question."""
+def _ask_model_for_capital(ctx: ToolContext) -> str:
+    """Ask the client's model for the capital of France and say what it answered."""
     result = ctx.request_input(
         "capital_question",
         "sampling/createMessage",
@@ -40,6 +34,23 @@ def test_input_required_result_sampling(ctx: ToolContext) -> str:
     return f"The model said: {sampled_text(result)}"
 
 
+def _confirm(ctx: ToolContext) -> Answer:
+    """Ask for the one checkbox the requestState fixtures carry across a retry."""
+    return ctx.ask("confirm", message="Please confirm", schema=CONFIRM_FORM)
+
+
+@tools.tool
+def test_input_required_result_elicitation(ctx: ToolContext) -> str:
+    """Ask for a name, then greet."""
+    return ask_name_and_greet(ctx)
+
+
+@tools.tool
+def test_input_required_result_sampling(ctx: ToolContext) -> str:
+    """Ask the client's model a question."""
+    return _ask_model_for_capital(ctx)
+
+
 @tools.tool
 def test_input_required_result_list_roots(ctx: ToolContext) -> str:
     """Ask for the client's roots."""
@@ -51,11 +62,7 @@ def test_input_required_result_list_roots(ctx: ToolContext) -> str:
 @tools.tool
 def test_input_required_result_request_state(ctx: ToolContext) -> str:
     """Ask for a confirmation across a signed requestState."""
-    answer = ctx.ask(
-        "confirm",
-        message="Please confirm",
-        schema=CONFIRM_FORM,
-    )
+    answer = _confirm(ctx)
     # Reaching here on a retry means the server verified the echoed requestState.
     return f"state-ok: confirmation {answer.action}"
 
@@ -91,13 +98,7 @@ def test_input_required_result_multi_round(ctx: ToolContext) -> str:
     """Ask for a name, then (next round) for a favourite colour."""
     name = ctx.ask("step1", message="Step 1: What is your name?", schema=NAME_FORM)
     color = ctx.ask(
-        "step2",
-        message="Step 2: What is your favorite color?",
-        schema={
-            "type": "object",
-            "properties": {"color": {"type": "string"}},
-            "required": ["color"],
-        },
+        "step2", message="Step 2: What is your favorite color?", schema=text_form("color")
     )
     return f"{name.content.get('name')} likes {color.content.get('color')}"
 
@@ -105,34 +106,15 @@ def test_input_required_result_multi_round(ctx: ToolContext) -> str:
 @tools.tool
 def test_input_required_result_tampered_state(ctx: ToolContext) -> str:
     """Ask for a confirmation; a tampered requestState on the retry is refused."""
-    answer = ctx.ask(
-        "confirm",
-        message="Please confirm",
-        schema=CONFIRM_FORM,
-    )
-    return f"Confirmed: {answer.action}"
+    return f"Confirmed: {_confirm(ctx).action}"
 
 
 @tools.tool
 def test_input_required_result_capabilities(ctx: ToolContext) -> str:
     """Ask with a form if the client can show one, otherwise ask its model."""
     try:
-        answer = ctx.ask("user_name", message="What is your name?", schema=NAME_FORM)
-        return f"Hello, {answer.content.get('name', answer.action)}!"
+        return ask_name_and_greet(ctx)
     except ProtocolError as exc:
         if exc.code != -32021:
             raise
-    result = ctx.request_input(
-        "capital_question",
-        "sampling/createMessage",
-        {
-            "messages": [
-                {
-                    "role": "user",
-                    "content": {"type": "text", "text": "What is the capital of France?"},
-                }
-            ],
-            "maxTokens": 100,
-        },
-    )
-    return f"The model said: {sampled_text(result)}"
+    return _ask_model_for_capital(ctx)

@@ -38,8 +38,8 @@ from urllib.parse import urljoin, urlsplit
 ROOT = Path(__file__).resolve().parent.parent
 # What the wheel is built from (setup.py names the packages): copied out of the checkout,
 # so that the build's folders (build/, *.egg-info) are not left in it.
-SOURCES = ["pyproject.toml", "setup.py", "README.md", "config", "tasks_app", "elicitations"]
-SOURCES += ["templates", "static"]
+SOURCES = ["pyproject.toml", "setup.py", "README.md", "LICENSE", "config", "tasks_app"]
+SOURCES += ["elicitations", "templates", "static"]
 DATABASE_URL = os.environ.get(
     "WHEEL_SMOKE_DATABASE_URL", "postgres://postgres@127.0.0.1:5432/taskdesk_wheel"
 )

@@ -60,6 +60,17 @@ def test_the_wheel_declares_the_command_and_the_testing_kit(wheel):
     assert "[pytest11]\ntaskdesk = tasks_app.pytest_plugin\n" in entry_points
 
 
+def test_the_wheel_declares_its_license_and_ships_its_text(wheel):
+    with zipfile.ZipFile(wheel) as archive:
+        metadata = archive.read("taskdesk-0.1.0.dist-info/METADATA").decode()
+        text = archive.read("taskdesk-0.1.0.dist-info/licenses/LICENSE").decode()
+    headers = metadata.split("\n\n", 1)[0].splitlines()
+    assert "License-Expression: Apache-2.0" in headers
+    assert "License-File: LICENSE" in headers
+    assert text == (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+
+
 def test_taskdesk_help_lists_the_commands():
     shown = subprocess.run(
         [str(BIN / "taskdesk"), "--help"], capture_output=True, text=True, check=True, timeout=60

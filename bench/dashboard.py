@@ -18,24 +18,34 @@ tenant operator (the tenant holds half the tasks) and for a superuser (every tas
 - the list sorted by duration (first page and 20 pages deep), by tool and by status;
 - the counts per status and the attention count on their own (the selectors);
 - a scrape of ``/metrics`` that reads the database's gauges (not the copy the replicas share
-  for ``TASKDESK_METRICS_DATABASE_SECONDS``: the cost of the one scrape an interval that reads).
+  for ``TASKDESK_METRICS_DATABASE_SECONDS``: the cost of the one scrape an interval that reads),
+  by Prometheus: anonymous, from loopback.
+
+Each user's requests, and Prometheus', go through one test client, as a web process's go
+through one handler: a client loads the middleware on its first request, where WhiteNoise
+indexes every static file (about 30 ms, up to 100 at the p95: more than the scrape itself).
 
 Each figure is the p50 and p95 of BENCH_REPEAT (default 50) requests after 5 warm-up ones.
 Target: p95 under 100 ms each. Prints the figures and writes them into docs/benchmarks.md.
 
 Environment: BENCH_POSTGRES (default postgres://postgres@127.0.0.1:5432), BENCH_TASKS
-(default 1000000), BENCH_REPEAT, BENCH_NO_DOCS=1 to leave the docs alone.
+(default 1000000), BENCH_REPEAT, BENCH_NO_DOCS=1 to leave the docs alone. While working on one
+figure: BENCH_DATABASE=NAME keeps the seeded database under NAME after the run and reuses it in
+the next ones (seeding takes about a minute; drop it by hand when done), and BENCH_ONLY=TEXT
+times only the measurements whose name contains TEXT (``/metrics``, ``export``...) and leaves
+the docs alone.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -45,12 +55,14 @@ import psycopg
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.common import DOCS, database, manage, say
+from bench.common import DOCS, POSTGRES, database, manage, say
 from bench.runtime import machine_line
 
 START, END = "<!-- dashboard-bench:start -->", "<!-- dashboard-bench:end -->"
 TASKS = int(os.environ.get("BENCH_TASKS", "1000000"))
 REPEAT = int(os.environ.get("BENCH_REPEAT", "50"))
+KEPT_DATABASE = os.environ.get("BENCH_DATABASE", "")
+ONLY = os.environ.get("BENCH_ONLY", "")
 TARGET_MS = 100.0
 EXPORT_SECONDS, EXPORT_MB = 60, 50
 TOOLS = ["export_report", "refund_payment", "send_notice", "slow_echo", "confirm_action",
@@ -128,6 +140,20 @@ FROM tasks_app_task WHERE status = 'working' ORDER BY created_at DESC OFFSET 200
 
 
 def seed(dsn: str) -> float:
+    """Seed the database at DSN and return the seconds it took. A database kept from an earlier
+    run (BENCH_DATABASE) that holds the same number of tasks is not seeded again: the seconds
+    are those of its seeding, which it keeps as its comment."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        held = conn.execute("SELECT count(*) FROM tasks_app_task").fetchone()
+        noted = conn.execute(
+            "SELECT shobj_description(oid, 'pg_database') FROM pg_database "
+            "WHERE datname = current_database()"
+        ).fetchone()
+    if held and held[0]:
+        if held[0] == TASKS and noted and noted[0]:
+            say(f"reusing the {TASKS:,} tasks seeded earlier")
+            return float(noted[0].removeprefix("seeded in ").removesuffix(" s"))
+        sys.exit(f"bench: the database at {dsn} holds {held[0]:,} tasks, not {TASKS:,}: drop it")
     started = time.monotonic()
     sql = SEED.format(
         n=TASKS,
@@ -138,7 +164,15 @@ def seed(dsn: str) -> float:
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql)
         conn.execute("VACUUM ANALYZE")
-    return time.monotonic() - started
+        seconds = time.monotonic() - started
+        if KEPT_DATABASE:
+            note = f"seeded in {seconds:.1f} s"
+            conn.execute(f"COMMENT ON DATABASE \"{KEPT_DATABASE}\" IS '{note}'")
+    return seconds
+
+
+def wanted(name: str) -> bool:
+    return ONLY in name
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -176,13 +210,16 @@ def measure() -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, Expo
     from tasks_app.models import Task, Tenant
     from tasks_app.operators import grant_role
 
+    prometheus = Client(HTTP_HOST="127.0.0.1")  # loopback: no token
+
     def scrape_metrics() -> None:
         with override_settings(TASKDESK_METRICS_DATABASE_SECONDS=0):  # read, not reused
-            response = Client(HTTP_HOST="127.0.0.1").get("/metrics")  # loopback: no token
+            response = prometheus.get("/metrics")
         assert response.status_code == 200, response.status_code
         assert b"taskdesk_database_up 1.0" in response.content
 
     User = get_user_model()
+    User.objects.filter(username__in=("olga", "root")).delete()  # a kept database's
     operator = User.objects.create_user("olga", password=secrets.token_urlsafe(12))
     Tenant.objects.get(slug="north").members.add(operator)
     grant_role(operator, "operator")
@@ -200,7 +237,7 @@ def measure() -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, Expo
             return response.content.decode()
 
         deep = "/tasks/"
-        for _ in range(99):  # follow the cursor: the 100th page
+        for _ in range(99 if wanted("page 100 pages deep") else 0):  # the 100th page
             html = get(deep)
             deep = html.split('id="page-older" href="', 1)[1].split('"', 1)[0]
             deep = deep.replace("&amp;", "&")
@@ -214,7 +251,7 @@ def measure() -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, Expo
             listing.attention_count_for_operator(user=user, filters=filters, attention=found)
 
         by_duration = "/tasks/?sort=-duration"
-        for _ in range(19):  # the 20th page sorted by duration
+        for _ in range(19 if wanted("page 20") else 0):  # the 20th page sorted by duration
             html = get(by_duration)
             by_duration = html.split('id="page-older" href="', 1)[1].split('"', 1)[0]
             by_duration = by_duration.replace("&amp;", "&")
@@ -243,14 +280,16 @@ def measure() -> tuple[dict[str, dict[str, tuple[float, float]]], dict[str, Expo
             "sorted by tool": "/tasks/?sort=tool",
             "sorted by status": "/tasks/?sort=-status",
         }
-        results[label] = {}
-        for name, url in pages.items():
-            results[label][name] = timed(lambda url=url: get(url))
-        results[label]["page 100 pages deep (by cursor)"] = timed(lambda deep=deep: get(deep))
-        results[label]["counts per status"] = timed(counts)
-        results[label]["attention count"] = timed(attention)
-        results[label]["/metrics, its database gauges read"] = timed(scrape_metrics)
-        exports[label] = export_figures(web)
+        pages["page 100 pages deep (by cursor)"] = deep
+        calls: dict[str, Callable[[], Any]] = {
+            name: lambda url=url: get(url) for name, url in pages.items()
+        }
+        calls["counts per status"] = counts
+        calls["attention count"] = attention
+        calls["/metrics, its database gauges read"] = scrape_metrics
+        results[label] = {name: timed(call) for name, call in calls.items() if wanted(name)}
+        if wanted("export"):
+            exports[label] = export_figures(web)
     return results, exports
 
 
@@ -310,6 +349,8 @@ def render(results: dict[str, dict[str, tuple[float, float]]], exports: dict[str
             cells.append(f"{p50:.1f} / {p95:.1f}")
         verdict = "met" if worst < TARGET_MS else "**not met**"
         lines.append(f"| {name} | {cells[0]} | {cells[1]} | p95 < {TARGET_MS:.0f} ms ({verdict}) |")
+    if not exports:
+        return "\n".join(lines)
     lines += [
         "",
         "The whole list exported as CSV (`/tasks/export.csv`, streamed; read to the end through "
@@ -340,10 +381,19 @@ def write_docs(table: str) -> None:
     DOCS.write_text(text)
 
 
+@contextlib.contextmanager
+def kept(name: str) -> Iterator[str]:
+    """The database NAME, created if it is not there yet, and left there after the run."""
+    with psycopg.connect(f"{POSTGRES}/postgres", autocommit=True) as admin:
+        if not admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
+            admin.execute(f'CREATE DATABASE "{name}"')
+    yield f"{POSTGRES}/{name}"
+
+
 def main() -> None:
     machine = machine_line()
     workdir = Path(tempfile.mkdtemp(prefix="taskdesk-bench-dashboard-"))
-    with database("taskdesk_bench_dashboard") as dsn:
+    with kept(KEPT_DATABASE) if KEPT_DATABASE else database("taskdesk_bench_dashboard") as dsn:
         env = {
             **os.environ,
             "DATABASE_URL": dsn,
@@ -369,7 +419,7 @@ def main() -> None:
         connections.close_all()
     table = render(results, exports, machine, mix, seed_seconds)
     print(table)
-    if not os.environ.get("BENCH_NO_DOCS"):
+    if not os.environ.get("BENCH_NO_DOCS") and not ONLY:
         write_docs(table)
 
 

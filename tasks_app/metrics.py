@@ -34,7 +34,7 @@ from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 from django.conf import settings
 from django.core.cache import cache
 from django.db import DatabaseError
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
 from prometheus_client import (
@@ -48,7 +48,13 @@ from prometheus_client import (
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from tasks_app.db.counting import capped_count, planner_estimate
+from tasks_app.db.counting import (
+    ColumnStatistics,
+    capped_count,
+    column_statistics,
+    planner_estimate,
+)
+from tasks_app.db.counting import Count as Counted
 from tasks_app.models import Dispatch, Effect, EffectState, Status, Task, WorkerHeartbeat
 
 log = logging.getLogger(__name__)
@@ -166,9 +172,9 @@ class DatabaseCollector(Collector):
         yield from families
 
     def _families(self, now: datetime) -> Iterator[Metric]:
-        yield self._tasks()
+        yield from self._tasks()
         yield from self._dispatch(now)
-        yield self._effects()
+        yield from self._effects()
         yield self._heartbeats(now)
 
     def _heartbeats(self, now: datetime) -> Metric:
@@ -185,21 +191,33 @@ class DatabaseCollector(Collector):
                 family.add_metric([role], _age(last, now))
         return family
 
-    def _tasks(self) -> Metric:
+    def _tasks(self) -> Iterator[Metric]:
         # Per status, counted on the status index up to TASKS_EXACT_UP_TO rows, PostgreSQL's
-        # planner's estimate beyond (an EXPLAIN: no row read), so a scrape costs the same at a
-        # million finished tasks as at a thousand; the unfinished ones are usually few, and
-        # exact.
+        # estimate beyond, so a scrape costs the same at a million finished tasks as at a
+        # thousand; the unfinished ones are usually few, and exact. The estimates of every
+        # status come from one read of the statistics (``column_statistics``: what the
+        # planner would answer to an EXPLAIN of each), and only the statuses they put under
+        # the limit are counted; without statistics (SQLite, a table not analyzed yet) each
+        # status is a capped count.
         family = GaugeMetricFamily(
             "taskdesk_tasks",
             f"Tasks by current status (exact up to {TASKS_EXACT_UP_TO:,} a status; PostgreSQL's "
             "estimate beyond).",
             labels=["status"],
         )
+        estimated = _estimated_family(
+            "taskdesk_tasks_estimated", "taskdesk_tasks", "status", "that status"
+        )
+        statistics = column_statistics(Task, "status")
         for status in Status.values:
-            counted = capped_count(Task.objects.filter(status=status), TASKS_EXACT_UP_TO)
+            guess = None if statistics is None else statistics.rows_with(status)
+            counted = capped_count(
+                Task.objects.filter(status=status), TASKS_EXACT_UP_TO, guess=guess
+            )
             family.add_metric([status], counted.value)
-        return family
+            estimated.add_metric([status], int(counted.estimate))
+        yield family
+        yield estimated
 
     def _dispatch(self, now: datetime) -> Iterator[Metric]:
         # Both on partial indexes (dispatch_unpublished, dispatch_waiting_tenant).
@@ -231,34 +249,61 @@ class DatabaseCollector(Collector):
             _age(waiting["oldest"], now),
         )
 
-    def _effects(self) -> Metric:
+    def _effects(self) -> Iterator[Metric]:
         # A small ledger is counted exactly by one GROUP BY. Past TASKS_EXACT_UP_TO rows the
         # open states are counted on their partial indexes (effect_intended, effect_unknown)
-        # and the settled ones, the bulk of the ledger, are PostgreSQL's estimates: a GROUP BY
-        # would read every row at every scrape.
+        # up to the limit, and the settled ones, the bulk of the ledger, are PostgreSQL's
+        # estimates: a GROUP BY would read every row at every scrape. As for the tasks, the
+        # size of the ledger and the estimate of each state come from one read of the
+        # statistics where there are some.
         family = GaugeMetricFamily(
             "taskdesk_effects",
             f"Effects in the ledger by state (intended and unknown exact; the others exact "
             f"up to {TASKS_EXACT_UP_TO:,} effects in all, PostgreSQL's estimate beyond).",
             labels=["state"],
         )
+        estimated = _estimated_family(
+            "taskdesk_effects_estimated", "taskdesk_effects", "state", "that state"
+        )
         effects = Effect.objects.order_by()
-        if not capped_count(effects, TASKS_EXACT_UP_TO).estimate:
-            counts = dict(
+        statistics = column_statistics(Effect, "state")
+        size = None if statistics is None else statistics.rows
+        counts: dict[str, Counted]
+        if not capped_count(effects, TASKS_EXACT_UP_TO, guess=size).estimate:
+            exact = dict(
                 effects.values_list("state").annotate(n=Count("pk")).values_list("state", "n")
             )
+            counts = {state: Counted(exact.get(state, 0)) for state in EffectState.values}
         else:
             counts = {
-                state: (
-                    capped_count(effects.filter(state=state), TASKS_EXACT_UP_TO).value
-                    if state in OPEN_EFFECT_STATES
-                    else planner_estimate(effects.filter(state=state))
-                )
+                state: _effect_count(effects.filter(state=state), state, statistics)
                 for state in EffectState.values
             }
-        for state in EffectState.values:
-            family.add_metric([state], counts.get(state, 0))
-        return family
+        for state, counted in counts.items():
+            family.add_metric([state], counted.value)
+            estimated.add_metric([state], int(counted.estimate))
+        yield family
+        yield estimated
+
+
+def _effect_count(
+    effects: QuerySet[Effect], state: str, statistics: ColumnStatistics | None
+) -> Counted:
+    """How many of a large ledger's EFFECTS (those in STATE) /metrics shows: an open state
+    counted up to the limit, a settled one estimated (no index would make counting it
+    cheap)."""
+    guess = None if statistics is None else statistics.rows_with(state)
+    if state in OPEN_EFFECT_STATES:
+        return capped_count(effects, TASKS_EXACT_UP_TO, guess=guess)
+    return Counted(planner_estimate(effects) if guess is None else guess, estimate=True)
+
+
+def _estimated_family(name: str, of: str, label: str, which: str) -> GaugeMetricFamily:
+    return GaugeMetricFamily(
+        name,
+        f"1 where {of} of {which} is PostgreSQL's estimate, 0 where it is an exact count.",
+        labels=[label],
+    )
 
 
 # --- the scrape ----------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 
 import httpx
 
+from tests import forkserver
 from tests.services import port_open, redis_server_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -179,15 +180,15 @@ class LiveStack:
     def _spawn(
         self, name: str, args: list[str], env: dict[str, str] | None = None
     ) -> subprocess.Popen[bytes]:
-        log = open(self.tmp / f"{name}.log", "ab")  # noqa: SIM115 - closed with the process
-        proc = subprocess.Popen(
-            args,
-            cwd=ROOT,
-            env={**self.env, **(env or {})},
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        with open(self.tmp / f"{name}.log", "ab") as log:
+            proc = forkserver.spawn(
+                args,
+                cwd=ROOT,
+                env={**self.env, **(env or {})},
+                stdout=log.fileno(),
+                stderr=log.fileno(),
+                start_new_session=True,
+            )
         self.procs[name] = proc
         return proc
 
@@ -736,11 +737,6 @@ def postgres_cluster() -> Iterator[PostgresCluster]:
 def manage(env: dict[str, str], *args: str) -> str:
     """Run ``manage.py ARGS`` with ENV (e.g. a stack's, or another DATABASE_URL); return its
     standard output."""
-    return subprocess.run(
-        [str(BIN / "python"), "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
+    done = forkserver.run([str(BIN / "python"), "manage.py", *args], cwd=ROOT, env=env, timeout=120)
+    done.check_returncode()
+    return done.stdout

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forkserver
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -47,9 +49,7 @@ def run(
     TASKDESK_VAR_DIR, and ENV."""
     full_env = {k: v for k, v in os.environ.items() if k not in _INHERITED}
     full_env |= {"TASKDESK_VAR_DIR": str(var), **env}
-    return subprocess.run(
-        args, cwd=ROOT, env=full_env, capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return forkserver.run(args, cwd=ROOT, env=full_env, timeout=timeout)
 
 
 def run_django(code: str, env: dict[str, str], tmp_path: Path) -> subprocess.CompletedProcess[str]:

@@ -81,3 +81,65 @@ def test_the_solo_pool_alone_takes_the_limits_on(monkeypatch) -> None:
         assert signal.getsignal(signal.SIGALRM) == control._limits.on_alarm
     finally:
         signal.signal(signal.SIGALRM, before)
+
+
+def test_each_job_in_the_main_thread_starts_and_ends_its_limits(monkeypatch) -> None:
+    import signal
+
+    from celery import shared_task
+
+    @shared_task(name="tests.limited_job", soft_time_limit=0.3, time_limit=60)
+    def limited_job() -> str:
+        return "done"
+
+    before = signal.getsignal(signal.SIGALRM)
+    limits = control._Limits()
+    limits.enabled = True
+    monkeypatch.setattr(control, "_limits", limits)
+    signal.signal(signal.SIGALRM, limits.on_alarm)
+    try:
+        control._start_limits(sender=limited_job)
+        assert limits.running == "tests.limited_job"
+        assert limits.hard_deadline > time.monotonic() + 50
+        assert 0 < signal.getitimer(signal.ITIMER_REAL)[0] <= 0.3
+        control._end_limits(sender=limited_job)
+        assert (limits.running, limits.hard_deadline) == (None, 0.0)
+        assert signal.getitimer(signal.ITIMER_REAL)[0] == 0
+    finally:
+        limits.end()
+        signal.signal(signal.SIGALRM, before)
+
+
+def test_a_job_without_limits_of_its_own_takes_the_control_jobs_defaults(settings) -> None:
+    from celery import shared_task
+
+    @shared_task(name="tests.unlimited_job")
+    def unlimited_job() -> None:
+        return None
+
+    assert control._limit(unlimited_job, "soft_time_limit") == float(
+        unlimited_job.app.conf.task_soft_time_limit
+    )
+    assert control._limit(unlimited_job, "time_limit") == float(
+        unlimited_job.app.conf.task_time_limit
+    )
+
+
+def test_embed_beat_makes_beat_a_thread_of_the_worker_with_its_schedule(tmp_path) -> None:
+    from celery.beat import _Threaded
+
+    from config.celery import app
+
+    class Worker:
+        pass
+
+    worker = Worker()
+    worker.app = app  # type: ignore[attr-defined]
+    worker.schedule_filename = str(tmp_path / "schedule")  # type: ignore[attr-defined]
+    worker.scheduler = None  # type: ignore[attr-defined]
+    assert control.EmbeddedBeat(worker, embed_beat=False).enabled is False
+    step = control.EmbeddedBeat(worker, embed_beat=True)
+    assert step.enabled is True
+    service = step.create(worker)
+    assert isinstance(service, _Threaded)
+    assert service.service.schedule_filename == str(tmp_path / "schedule")

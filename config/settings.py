@@ -52,15 +52,24 @@ _SHIPPED_DIR = _PACKAGE_DIR if _INSTALLED else BASE_DIR
 def _generated_secret(path: Path) -> str:
     """Return the secret stored at PATH, creating it (owner-only) on first use.
 
-    O_EXCL makes concurrent first starts (web, worker and beat at once) agree on one key.
+    Concurrent first starts (the web, the workers, a test run's passes, all at once) agree on
+    one key, and none reads it half-written: each writes its key to a file of its own, then
+    links it to PATH, which fails when another process's key is there already; all read
+    PATH. (Creating PATH itself with O_EXCL let a second process read it empty between the
+    first one's create and its write.)
     """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)  # VAR_DIR: owner-only
-    try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        return path.read_text().strip()
-    with os.fdopen(fd, "w") as handle:
-        handle.write(secrets.token_urlsafe(50))
+    if not path.exists():
+        own = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+        fd = os.open(own, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_urlsafe(50))
+        try:
+            os.link(own, path)
+        except FileExistsError:
+            pass  # another process's key got there first
+        finally:
+            os.unlink(own)
     return path.read_text().strip()
 
 

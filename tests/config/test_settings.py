@@ -178,6 +178,21 @@ def test_it_generates_the_secret_key_once_readable_only_by_the_owner(tmp_path) -
     assert key_file.stat().st_mode & 0o777 == 0o600
 
 
+def test_first_starts_at_once_agree_on_one_whole_secret_key(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import multiprocessing
+
+    from config.settings import _generated_secret
+
+    for attempt in range(10):
+        path = tmp_path / f"var-{attempt}" / "secret_key"
+        context = multiprocessing.get_context("fork")
+        with context.Pool(8) as pool:
+            keys = pool.map(_generated_secret, [path] * 8)
+        assert len(set(keys)) == 1, keys
+        assert len(keys[0]) >= 50
+        assert [p.name for p in path.parent.iterdir()] == ["secret_key"]  # no key left behind
+
+
 def test_it_generates_nothing_when_the_secret_key_is_set(tmp_path) -> None:  # type: ignore[no-untyped-def]
     result = run_django(
         "from django.conf import settings; print(settings.SECRET_KEY_GENERATED, settings.SECRET_KEY)",

@@ -197,10 +197,7 @@ class LiveStack:
             close_kept_stack()  # it would take this stack's jobs from the shared broker
         self.collect_static()
         self.clear_metrics()
-        in_test_database = self.env["DATABASE_URL"] == database_url()
-        forget_held_slots(in_test_database=in_test_database)
-        if in_test_database:
-            forget_drainers()
+        forget_held_slots(in_test_database=self.env["DATABASE_URL"] == database_url())
         self.start_web()
         if self.want_worker:
             self.start_worker()
@@ -423,16 +420,6 @@ class LiveStack:
 
 
 DATABASE_CACHE = "django.core.cache.backends.db.DatabaseCache"
-
-
-def forget_drainers() -> None:
-    """Drop the drainers that stacks stopped earlier left standing by in the test database: a
-    worker killed while it stood by leaves its row (written after the previous test's flush,
-    when its stack outlived the test), and the next stack's web process would hand its new
-    tasks to that row instead of publishing them, until a sweep found the drainer stale."""
-    from tasks_app.models import Drainer
-
-    Drainer.objects.all().delete()
 
 
 def forget_held_slots(*, in_test_database: bool = True) -> None:

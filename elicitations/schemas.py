@@ -19,7 +19,7 @@ once rather than an MCP client rejecting the question later.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import date, datetime
 from typing import Any
 from urllib.parse import urlsplit
@@ -244,24 +244,29 @@ def _is_email(value: object) -> bool:
     return True
 
 
-@_format_checker.checks("date", raises=ValueError)
-def _is_date(value: object) -> bool:
+def _written_as(value: object, pattern: re.Pattern[str], read: Callable[[str], object]) -> bool:
+    """Whether VALUE, when a string, is written as PATTERN says; READ then raises ValueError
+    when it names no real moment (a 31st of February)."""
     if not isinstance(value, str):
         return True
-    if not _DATE.match(value):
+    if not pattern.match(value):
         return False
-    date.fromisoformat(value)
+    read(value)
     return True
+
+
+@_format_checker.checks("date", raises=ValueError)
+def _is_date(value: object) -> bool:
+    return _written_as(value, _DATE, date.fromisoformat)
 
 
 @_format_checker.checks("date-time", raises=ValueError)
 def _is_date_time(value: object) -> bool:
-    if not isinstance(value, str):
-        return True
-    if not _DATE_TIME.match(value):
-        return False
-    datetime.fromisoformat(value.upper().replace("Z", "+00:00"))
-    return True
+    return _written_as(value, _DATE_TIME, _read_date_time)
+
+
+def _read_date_time(text: str) -> datetime:
+    return datetime.fromisoformat(text.upper().replace("Z", "+00:00"))
 
 
 @_format_checker.checks("uri", raises=ValueError)

@@ -147,6 +147,16 @@ def _gauge(name: str, doc: str, value: float) -> GaugeMetricFamily:
     return GaugeMetricFamily(name, doc, value=value)
 
 
+def _backlog(
+    records: QuerySet[Dispatch], now: datetime, *, count: tuple[str, str], age: tuple[str, str]
+) -> Iterator[Metric]:
+    """Two gauges of dispatch RECORDS: how many there are (COUNT: its name and description)
+    and how old the oldest is, in seconds (AGE)."""
+    found = records.aggregate(n=Count("pk"), oldest=Min("created_at"))
+    yield _gauge(*count, found["n"])
+    yield _gauge(*age, _age(found["oldest"], now))
+
+
 # /metrics counts each status exactly up to this many tasks (``DatabaseCollector._tasks``),
 # and the effects of each state while the ledger holds no more than this many.
 TASKS_EXACT_UP_TO = 10_000
@@ -221,32 +231,30 @@ class DatabaseCollector(Collector):
 
     def _dispatch(self, now: datetime) -> Iterator[Metric]:
         # Both on partial indexes (dispatch_unpublished, dispatch_waiting_tenant).
-        unpublished = Dispatch.objects.filter(
-            published_at__isnull=True, consumed_at__isnull=True
-        ).aggregate(n=Count("pk"), oldest=Min("created_at"))
-        yield _gauge(
-            "taskdesk_dispatch_unpublished",
-            "Dispatch records no leg has taken and not yet published to the broker (the "
-            "sweeper publishes them).",
-            unpublished["n"],
+        yield from _backlog(
+            Dispatch.objects.filter(published_at__isnull=True, consumed_at__isnull=True),
+            now,
+            count=(
+                "taskdesk_dispatch_unpublished",
+                "Dispatch records no leg has taken and not yet published to the broker (the "
+                "sweeper publishes them).",
+            ),
+            age=(
+                "taskdesk_dispatch_oldest_unpublished_age_seconds",
+                "Age of the oldest unpublished dispatch record (0 when there is none).",
+            ),
         )
-        yield _gauge(
-            "taskdesk_dispatch_oldest_unpublished_age_seconds",
-            "Age of the oldest unpublished dispatch record (0 when there is none).",
-            _age(unpublished["oldest"], now),
-        )
-        waiting = Dispatch.objects.filter(consumed_at__isnull=True).aggregate(
-            n=Count("pk"), oldest=Min("created_at")
-        )
-        yield _gauge(
-            "taskdesk_dispatch_waiting",
-            "Dispatch records no leg has taken yet: legs waiting for a worker.",
-            waiting["n"],
-        )
-        yield _gauge(
-            "taskdesk_dispatch_oldest_waiting_age_seconds",
-            "Age of the oldest dispatch record no leg has taken yet (0 when there is none).",
-            _age(waiting["oldest"], now),
+        yield from _backlog(
+            Dispatch.objects.filter(consumed_at__isnull=True),
+            now,
+            count=(
+                "taskdesk_dispatch_waiting",
+                "Dispatch records no leg has taken yet: legs waiting for a worker.",
+            ),
+            age=(
+                "taskdesk_dispatch_oldest_waiting_age_seconds",
+                "Age of the oldest dispatch record no leg has taken yet (0 when there is none).",
+            ),
         )
 
     def _effects(self) -> Iterator[Metric]:

@@ -41,11 +41,38 @@ from tasks_app.models import (
     Task,
     event,
 )
-from tasks_app.runtime.effects import take_over_confirmed
+from tasks_app.runtime.effects import REUSED, downstream_key
 from tasks_app.tools import get_tool
 
 UNSETTLED = (EffectState.INTENDED, EffectState.UNKNOWN)
 KEY_MAX = 255
+
+
+def take_over_confirmed(*, original: Task, new: Task, seqs: set[int]) -> int:
+    """Copy ORIGINAL's confirmed effects numbered SEQS into NEW's ledger, as confirmed (a run
+    again that reuses what happened), each naming the effect it took over and keeping its
+    downstream key (``runtime.key_of``). Inside the caller's transaction. Return how many were
+    copied."""
+    taken = Effect.objects.filter(task=original, seq__in=seqs, state=EffectState.CONFIRMED)
+    copies = [
+        Effect(
+            task=new,
+            seq=effect.seq,
+            name=effect.name,
+            target=effect.target,
+            downstream_key=downstream_key(new.pk, effect.name, effect.seq),
+            state=EffectState.CONFIRMED,
+            compensable=effect.compensable,
+            settled_at=effect.settled_at,
+            detail={
+                **effect.detail,
+                REUSED: {"task": original.pk, "seq": effect.seq, "key": effect.downstream_key},
+            },
+        )
+        for effect in taken.order_by("seq")
+    ]
+    Effect.objects.bulk_create(copies)
+    return len(copies)
 
 
 class NotRerunnable(ValueError):

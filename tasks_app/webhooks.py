@@ -279,21 +279,13 @@ class Connection:
             return Answer(None, took(), self._refused)
         target = self._target
         try:
-            response = self._opened(target).urlopen(
-                "POST",
-                target.path,
-                body=body.encode(),
-                headers={
-                    **headers,
-                    "Host": target.host_header,
-                    "Content-Type": "application/json",
-                    "User-Agent": "Taskdesk-Webhooks",
-                },
-                redirect=False,
-                retries=False,
-                preload_content=False,
-                assert_same_host=False,
-            )
+            sent = {
+                **headers,
+                "Host": target.host_header,
+                "Content-Type": "application/json",
+                "User-Agent": "Taskdesk-Webhooks",
+            }
+            response = request(self._opened(target), "POST", target, sent, body=body.encode())
             try:
                 response.read(_ANSWER_BYTES)
                 if response.length_remaining != 0:
@@ -321,6 +313,29 @@ def pool_for(
         )  # fmt: skip
     return urllib3.HTTPConnectionPool(
         target.address, target.port, timeout=timeout, retries=False, maxsize=1
+    )
+
+
+def request(
+    pool: urllib3.HTTPConnectionPool,
+    method: str,
+    target: Target,
+    headers: dict[str, str],
+    *,
+    body: bytes | None = None,
+) -> urllib3.BaseHTTPResponse:
+    """Send METHOD to TARGET's path on POOL (``pool_for``) once, with HEADERS (the caller's
+    Host header among them): no redirect followed, the answer left for the caller to read
+    (as much of it as it wants) and release."""
+    return pool.urlopen(
+        method,
+        target.path,
+        body=body,
+        headers=headers,
+        redirect=False,
+        retries=False,
+        preload_content=False,
+        assert_same_host=False,
     )
 
 

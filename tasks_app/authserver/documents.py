@@ -98,19 +98,12 @@ def fetch(url: str) -> tuple[Any, timedelta]:
     timeout = urllib3.Timeout(connect=TIMEOUT_SECONDS, read=TIMEOUT_SECONDS)
     pool = webhooks.pool_for(target, timeout)
     try:
-        response = pool.urlopen(
-            "GET",
-            target.path,
-            headers={
-                "Host": target.host_header,
-                "Accept": "application/json",
-                "User-Agent": "Taskdesk-OAuth",
-            },
-            redirect=False,
-            retries=False,
-            preload_content=False,
-            assert_same_host=False,
-        )
+        headers = {
+            "Host": target.host_header,
+            "Accept": "application/json",
+            "User-Agent": "Taskdesk-OAuth",
+        }
+        response = webhooks.request(pool, "GET", target, headers)
         try:
             body = response.read(MAX_BYTES + 1)
         finally:

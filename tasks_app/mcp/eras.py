@@ -15,6 +15,8 @@ from __future__ import annotations
 import abc
 from typing import TYPE_CHECKING, Any
 
+from tasks_app.mcp.errors import InvalidRequest
+
 if TYPE_CHECKING:
     from django.http import HttpResponseBase
     from rest_framework.request import Request
@@ -44,6 +46,14 @@ class ProtocolEra(abc.ABC):
     def other_method(self, request: Request, view: APIView, client: Client) -> HttpResponseBase:
         """Answer a GET or DELETE that ``serves_other_method`` claimed."""
         raise NotImplementedError
+
+
+def request_id(message: dict[str, Any]) -> str | int:
+    """The id of request MESSAGE, which JSON-RPC allows only as a string or an integer."""
+    value = message["id"]
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise InvalidRequest("id must be a string or an integer")
+    return value
 
 
 _eras: list[ProtocolEra] = []

@@ -158,7 +158,7 @@ class HandshakeEra(eras.ProtocolEra):
             if "method" not in message:
                 return self._reply(request, message, client)
             if "id" in message:
-                request_id = _request_id(message)
+                request_id = eras.request_id(message)
             method = message["method"]
             if not isinstance(method, str) or not method:
                 raise InvalidRequest("method must be a non-empty string")
@@ -384,13 +384,6 @@ def _prime(resume_id: str | None) -> bytes:
     if resume_id is None:
         return b""
     return streaming.priming_event(resume_id, RETRY_MS)
-
-
-def _request_id(message: dict[str, Any]) -> str | int:
-    request_id = message["id"]
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        raise InvalidRequest("id must be a string or an integer")
-    return request_id
 
 
 def session_envelope(session: McpSession, meta: dict[str, Any]) -> Envelope:

@@ -49,13 +49,6 @@ from tasks_app.models import Client, Era
 VERSION = Era.MODERN.value
 
 
-def _request_id(message: dict[str, Any]) -> str | int:
-    request_id = message["id"]
-    if isinstance(request_id, bool) or not isinstance(request_id, str | int):
-        raise InvalidRequest("id must be a string or an integer")
-    return request_id
-
-
 def _check_name(request: Request, spec: Method, value: str) -> None:
     """Raise HeaderMismatch unless the ``Mcp-Name`` header equals VALUE, the body's
     ``params[spec.name_param]``. A missing header is accepted where the method does not
@@ -95,7 +88,7 @@ class ModernEra(eras.ProtocolEra):
                 raise InvalidRequest("method must be a non-empty string")
             if "id" not in message:
                 return HttpResponse(status=202)  # a notification: nothing to answer
-            request_id = _request_id(message)
+            request_id = eras.request_id(message)
             return self._answer(request, view, message, method, request_id, client)
         except Exception as exc:
             # With the request's id: an outage (503) or a bug (-32603, logged with a reference).

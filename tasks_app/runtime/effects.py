@@ -103,33 +103,6 @@ class Compensation:
 REUSED = "reused"
 
 
-def take_over_confirmed(*, original: Task, new: Task, seqs: set[int]) -> int:
-    """Copy ORIGINAL's confirmed effects numbered SEQS into NEW's ledger, as confirmed (a run
-    again that reuses what happened: ``tasks_app.rerun``), each naming the effect it took over
-    and keeping its downstream key (``key_of``). Inside the caller's transaction. Return how
-    many were copied."""
-    taken = Effect.objects.filter(task=original, seq__in=seqs, state=EffectState.CONFIRMED)
-    copies = [
-        Effect(
-            task=new,
-            seq=effect.seq,
-            name=effect.name,
-            target=effect.target,
-            downstream_key=downstream_key(new.pk, effect.name, effect.seq),
-            state=EffectState.CONFIRMED,
-            compensable=effect.compensable,
-            settled_at=effect.settled_at,
-            detail={
-                **effect.detail,
-                REUSED: {"task": original.pk, "seq": effect.seq, "key": effect.downstream_key},
-            },
-        )
-        for effect in taken.order_by("seq")
-    ]
-    Effect.objects.bulk_create(copies)
-    return len(copies)
-
-
 def key_of(row: Effect) -> str:
     """The downstream key of ROW's effect: its own, or, for an effect a run again took over,
     the one it happened with (so verify and compensate hooks ask about the real one)."""

@@ -70,7 +70,7 @@ def test_a_stale_worker_heartbeat_makes_it_503(admin_client, db) -> None:  # typ
     assert response.status_code == 503
     assert response.json()["failing"] == ["workers"]
     error = response.json()["workers"]["error"]
-    assert error.startswith("the control worker: last heartbeat 600 s ago")
+    assert re.match(r"the control worker: last heartbeat 60[01] s ago", error)
 
 
 def test_a_stale_beat_heartbeat_makes_it_503_while_the_control_worker_runs(
@@ -89,8 +89,10 @@ def test_a_stale_beat_heartbeat_makes_it_503_while_the_control_worker_runs(
         True,
         False,
     )
-    assert workers["error"] == (
-        "beat (its heartbeat job, run by a control worker): last heartbeat 600 s ago"
+    # 600 s, or a second more when the test machine is slow between the write and the read
+    assert re.fullmatch(
+        r"beat \(its heartbeat job, run by a control worker\): last heartbeat 60[01] s ago",
+        workers["error"],
     )
 
 

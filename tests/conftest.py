@@ -170,3 +170,16 @@ def _dispatch_publisher_rests(django_db_setup):  # type: ignore[no-untyped-def]
 
     close_kept_stack()  # its processes hold connections to the test database
     dispatch.wait_for_publisher(idle=True)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The live stacks' files go with a session that passed; after a failure they stay, and
+    the summary says where."""
+    from tests.live import end_run
+
+    kept = end_run(passed=exitstatus == 0)
+    if kept is not None:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(f"the live stacks' files and logs are kept in {kept}")

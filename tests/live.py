@@ -37,6 +37,31 @@ T = TypeVar("T")
 
 # The static files collected for the live stacks of this test run (``collect_static``).
 _collected_static: Path | None = None
+# This test process's folder for its stacks' files (``run_folder``).
+_run_folder: Path | None = None
+
+
+def run_folder() -> Path:
+    """The folder under which this test process keeps its live stacks' files (each stack's var
+    folder and logs, the collected static files). ``end_run`` removes it after a session that
+    passed and keeps it, for the logs, after one that failed."""
+    global _run_folder
+    if _run_folder is None:
+        _run_folder = Path(tempfile.mkdtemp(prefix="taskdesk-tests-"))
+    return _run_folder
+
+
+def end_run(*, passed: bool) -> Path | None:
+    """At the end of the session: remove the run folder if the session PASSED; return the
+    folder kept otherwise (None when no stack ran)."""
+    global _run_folder, _collected_static
+    folder, _run_folder, _collected_static = _run_folder, None, None
+    if folder is None:
+        return None
+    if passed:
+        shutil.rmtree(folder, ignore_errors=True)
+        return None
+    return folder
 
 
 def free_port() -> int:
@@ -138,7 +163,7 @@ class LiveStack:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.mcp_url = f"{self.url}/mcp"
-        self.tmp = Path(tempfile.mkdtemp(prefix="taskdesk-live-"))
+        self.tmp = Path(tempfile.mkdtemp(prefix="live-", dir=run_folder()))
         broker = os.environ.get("CELERY_BROKER_URL", "")
         self.env = {
             **os.environ,
@@ -221,7 +246,7 @@ class LiveStack:
         once per test run (they do not change during it) and linked into each stack."""
         global _collected_static
         if _collected_static is None:
-            folder = Path(tempfile.mkdtemp(prefix="taskdesk-static-"))
+            folder = Path(tempfile.mkdtemp(prefix="static-", dir=run_folder()))
             subprocess.run(
                 [str(BIN / "python"), "manage.py", "collectstatic", "--noinput", "-v0"],
                 cwd=ROOT,

@@ -27,7 +27,6 @@ import shutil
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -368,7 +367,8 @@ def test_the_nginx_configuration_serves_the_stack(transactional_db, alice_token)
     env = {"WEB_WORKERS": "1", "TASKDESK_KEEPALIVE_SECONDS": "1"}
     with live_stack(env=env, worker=False, beat=False) as stack:
         port = free_port()
-        tmp = Path(tempfile.mkdtemp(prefix="taskdesk-nginx-"))
+        tmp = stack.tmp / "nginx"  # goes with the stack's files
+        tmp.mkdir()
         # The shipped server block, on test ports, inside a minimal nginx.conf.
         site = conf.replace("127.0.0.1:8000", f"127.0.0.1:{stack.port}").replace(
             "listen 80;", f"listen 127.0.0.1:{port};"

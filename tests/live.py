@@ -64,10 +64,30 @@ def end_run(*, passed: bool) -> Path | None:
     return folder
 
 
+# Each test process takes its ports from a block of its own below the ephemeral range (which
+# starts at 32768): ports the kernel handed out for binding to port 0 came back to another
+# xdist worker a moment later, and a web server listens with SO_REUSEPORT, so two workers'
+# stacks started together could share a port and answer each other's requests.
+_PORTS_FROM, _PORTS_PER_PROCESS = 10_000, 2_000
+_next_port = 0
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port on 127.0.0.1 that nothing listens on, from this test process's own block."""
+    global _next_port
+    # 0 for a process outside xdist (the serial pass beside the workers), n + 1 for worker gwn.
+    index = int(os.environ.get("PYTEST_XDIST_WORKER", "gw-1").removeprefix("gw")) + 1
+    first = _PORTS_FROM + index * _PORTS_PER_PROCESS
+    for _ in range(_PORTS_PER_PROCESS):
+        port = first + _next_port
+        _next_port = (_next_port + 1) % _PORTS_PER_PROCESS
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + _PORTS_PER_PROCESS - 1}")
 
 
 def wait_for(

@@ -187,7 +187,7 @@ def test_an_estimate_follows_the_growth_of_the_table_since_its_last_analyze(  # 
     # Not 2,000 exactly: the pages also hold the rows of other tests, rolled back, that no
     # VACUUM has cleared yet, and the planner spreads the 1,000 analyzed rows over them all.
     completed = value(found, "taskdesk_tasks", status="completed")
-    assert completed > 1100
+    assert completed > 1000  # more than ANALYZE counted: the estimate followed the new pages
     assert abs(completed - planner_estimate(Task.objects.filter(status="completed"))) <= 1
     assert value(found, "taskdesk_tasks_estimated", status="completed") == 1
 

@@ -421,12 +421,16 @@ if TASKDESK_CACHE_URL and not urlsplit(TASKDESK_CACHE_URL).scheme.startswith("re
         f"not {redact_url(TASKDESK_CACHE_URL)!r}"
     )
 CACHE_TABLE = "taskdesk_cache"
+# What every key of the shared cache starts with: a deployment of its own when several share
+# one Redis database (otherwise they would count each other's rates and serve each other's
+# /metrics gauges).
+TASKDESK_CACHE_PREFIX = env_str("TASKDESK_CACHE_PREFIX") or "taskdesk"
 if TASKDESK_CACHE_URL:
     CACHES: dict[str, dict[str, object]] = {
         "default": {
             "BACKEND": "django.core.cache.backends.redis.RedisCache",
             "LOCATION": TASKDESK_CACHE_URL,
-            "KEY_PREFIX": "taskdesk",
+            "KEY_PREFIX": TASKDESK_CACHE_PREFIX,
             # A Redis that went away costs a request two seconds at most, not a hang.
             "OPTIONS": {"socket_connect_timeout": 2, "socket_timeout": 2},
         }
@@ -436,7 +440,7 @@ else:
         "default": {
             "BACKEND": "django.core.cache.backends.db.DatabaseCache",
             "LOCATION": CACHE_TABLE,
-            "KEY_PREFIX": "taskdesk",
+            "KEY_PREFIX": TASKDESK_CACHE_PREFIX,
         }
     }
 

@@ -51,8 +51,11 @@ def main() -> int:
         status = subprocess.call(pytest(*coverage_options(coverage), *extra), cwd=ROOT)
         return status or check_floors(coverage)
 
-    parallel = pytest("-n", str(workers), "--dist", "loadgroup", *coverage_options(coverage),
-                      *extra)  # fmt: skip
+    # In collection order (pytest-django's: the tests inside a rolled-back transaction before
+    # those that flush the database), not pytest-xdist's largest group first, which ran the
+    # browser modules' flushes before tests that read what the migrations wrote.
+    parallel = pytest("-n", str(workers), "--dist", "loadgroup", "--no-loadscope-reorder",
+                      *coverage_options(coverage), *extra)  # fmt: skip
     serial = pytest("--only-serial", *coverage_options(coverage), *extra)
     serial_env = {**os.environ}
     if coverage:

@@ -21,6 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
@@ -210,6 +211,10 @@ class LiveStack:
             "PYTHONUNBUFFERED": "1",
             # For /metrics and the details of /healthz and /readyz (``monitor_headers``).
             "TASKDESK_METRICS_TOKEN": METRICS_TOKEN,
+            # Keys of its own in the shared cache: a stack never counts an earlier stack's
+            # held work or serves its /metrics gauges (kept up to
+            # TASKDESK_METRICS_DATABASE_SECONDS), whichever test of this process ran it.
+            "TASKDESK_CACHE_PREFIX": f"live-{uuid.uuid4().hex[:12]}",
             **(env or {}),
         }
         self.worker_concurrency = worker_concurrency
@@ -242,7 +247,6 @@ class LiveStack:
             close_kept_stack()  # it would take this stack's jobs from the shared broker
         self.collect_static()
         self.clear_metrics()
-        forget_held_slots(in_test_database=self.env["DATABASE_URL"] == database_url())
         self.start_web()
         if self.want_worker:
             self.start_worker()
@@ -403,7 +407,10 @@ class LiveStack:
         for name in self.procs:
             path = self.tmp / f"{name}.log"
             self.log_start[name] = path.stat().st_size if path.exists() else 0
-        forget_held_slots(in_test_database=self.env["DATABASE_URL"] == database_url())
+        forget_held_slots(
+            self.env["TASKDESK_CACHE_PREFIX"],
+            in_test_database=self.env["DATABASE_URL"] == database_url(),
+        )
 
     def left_as_found(self, pids: dict[str, int]) -> bool:
         """Whether the test that held the stack left it as it found it (PIDS, by name): the
@@ -467,15 +474,14 @@ class LiveStack:
 DATABASE_CACHE = "django.core.cache.backends.db.DatabaseCache"
 
 
-def forget_held_slots(*, in_test_database: bool = True) -> None:
-    """Drop the per-client held-work leases (tasks_app/mcp/client_slots.py) that stacks
-    stopped earlier left in the shared cache. Their processes were killed, so the
-    leases would only run out after LEASE_SECONDS; a new stack's clients may reuse the same
-    primary keys (a new test database) and would find their slots taken meanwhile.
+def forget_held_slots(prefix: str, *, in_test_database: bool = True) -> None:
+    """Drop the per-client held-work leases (tasks_app/mcp/client_slots.py) that a kept
+    stack's earlier tests left in the shared cache under the stack's key PREFIX. Processes
+    those tests killed would keep theirs until LEASE_SECONDS ran out, and the next test's
+    clients may reuse the same primary keys (the database was flushed) and would find their
+    slots taken meanwhile.
 
-    The keys are the stack's, under the shipped KEY_PREFIX (config/settings.py), not under
-    the prefix of this test process's cache (tests/conftest.py gives each test its own). The
-    database cache's table is no model's, so a test's flush of the database leaves it full
+    The database cache's table is no model's, so a test's flush of the database leaves it full
     (IN_TEST_DATABASE: the stack's database cache is the test database's, not a database
     of its own, whose table is new)."""
     from django.core.cache import cache
@@ -483,7 +489,7 @@ def forget_held_slots(*, in_test_database: bool = True) -> None:
 
     import config.settings as shipped
 
-    pattern = f"{shipped.CACHES['default']['KEY_PREFIX']}:*:held:*"
+    pattern = f"{prefix}:*:held:*"
     client = getattr(getattr(cache, "_cache", None), "get_client", None)
     if client is not None:
         redis = client(write=True)

@@ -104,6 +104,9 @@ def _deselect(config: pytest.Config, items: list[pytest.Item], serial: bool) -> 
         items[:] = kept
 
 
+# First: pytest-xdist's own hook, which reads the groups to name them in the test ids, was
+# registered after this module and would otherwise run before the groups are given.
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if config.getoption("only_serial"):
         _deselect(config, items, serial=True)
@@ -121,3 +124,23 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         elif _shares_a_module_fixture(item):
             # A stack, a browser or a costly result made once per module, not once per worker.
             item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """On a worker, check that the groups above reached pytest-xdist: a grouped test's id
+    carries its group's name after ``@`` when they did. Without them every worker starts its
+    own stack and browser for each module it is handed (a pytest 9.2 with pytest-xdist 3.8
+    renamed nothing, and the whole suite ran with no group at all)."""
+    if not WORKER or not session.config.getvalue("loadgroup"):
+        return
+    ungrouped = [
+        item.nodeid
+        for item in session.items
+        if item.get_closest_marker("xdist_group") is not None and "@" not in item.nodeid
+    ]
+    if ungrouped:
+        raise pytest.UsageError(
+            f"{len(ungrouped)} tests lost their xdist group (first: {ungrouped[0]}): this "
+            "pytest-xdist cannot name groups in this pytest's node ids"
+        )

@@ -282,33 +282,45 @@ def test_control_jobs_have_their_own_queue_and_every_job_has_time_limits() -> No
 
 
 @pytest.mark.parametrize(
-    ("env", "backend", "location"),
+    ("env", "backend", "location", "prefix"),
     [
-        ({}, "django.core.cache.backends.db.DatabaseCache", "taskdesk_cache"),
+        ({}, "django.core.cache.backends.db.DatabaseCache", "taskdesk_cache", "taskdesk"),
         (
             {"CELERY_BROKER_URL": "redis://127.0.0.1:6379/3"},
             "django.core.cache.backends.redis.RedisCache",
             "redis://127.0.0.1:6379/3",
+            "taskdesk",
         ),
         (
             {"CELERY_BROKER_URL": "amqp://guest@localhost//"},
             "django.core.cache.backends.db.DatabaseCache",
             "taskdesk_cache",
+            "taskdesk",
         ),
         (
-            {"TASKDESK_CACHE_URL": "redis://127.0.0.1:6379/5"},
+            {"TASKDESK_CACHE_URL": "redis://127.0.0.1:6379/5", "TASKDESK_CACHE_PREFIX": "staging"},
             "django.core.cache.backends.redis.RedisCache",
             "redis://127.0.0.1:6379/5",
+            "staging",
+        ),
+        (
+            {"TASKDESK_CACHE_PREFIX": "staging"},
+            "django.core.cache.backends.db.DatabaseCache",
+            "taskdesk_cache",
+            "staging",
         ),
     ],
 )
 def test_the_shared_cache_is_redis_with_a_redis_broker_and_the_database_otherwise(
-    tmp_path, env, backend, location
+    tmp_path, env, backend, location, prefix
 ) -> None:  # type: ignore[no-untyped-def]
-    code = "from django.conf import settings as s; c = s.CACHES['default']; print(c['BACKEND'], c['LOCATION'])"
+    code = (
+        "from django.conf import settings as s; c = s.CACHES['default']; "
+        "print(c['BACKEND'], c['LOCATION'], c['KEY_PREFIX'])"
+    )
     result = run_django(code, env, tmp_path)
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == [backend, location]
+    assert result.stdout.split() == [backend, location, prefix]
 
 
 def test_hsts_covers_subdomains_and_preloads_only_when_asked(tmp_path) -> None:  # type: ignore[no-untyped-def]

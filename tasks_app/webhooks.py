@@ -15,8 +15,8 @@ reaches nothing unchecked.
 (``tasks_app.outbox``), signed per the Standard Webhooks specification with the
 ``standardwebhooks`` package: ``webhook-id`` (the message's id, the same on every delivery),
 ``webhook-timestamp`` and ``webhook-signature``. The body is ``{"type", "timestamp",
-"data"}``, ``data`` being the task as ``tasks/get`` returns it (built by the caller, fixed at
-the first attempt). A 2xx answer delivers the message; anything else (or no answer within
+"data"}``, ``data`` being the task as ``tasks/get`` returns it (built by the caller, kept when
+the message is first taken). A 2xx answer delivers the message; anything else (or no answer within
 ``TASKDESK_WEBHOOK_TIMEOUT_SECONDS``; redirects are not followed) is retried with
 exponential backoff and jitter for ``TASKDESK_WEBHOOK_RETRY_HOURS``. Up to
 ``TASKDESK_WEBHOOK_CONCURRENCY`` endpoints are sent to at once, one message at a time each. An endpoint whose
@@ -394,26 +394,25 @@ def body_of(message: OutboxMessage, data: dict[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), ensure_ascii=False)
 
 
+def _bodies(messages: list[OutboxMessage]) -> dict[int, str]:
+    """The body of each of MESSAGES (being taken without one, ``outbox.claim``): its task as
+    ``tasks/get`` returns it, from one read of their tasks. A message whose task is gone
+    (purged meanwhile) gets none."""
+    tasks = Task.objects.select_related("client").in_bulk({m.task_id for m in messages})
+    return {m.pk: body_of(m, data_of(m, tasks[m.task_id])) for m in messages if m.task_id in tasks}
+
+
 def _sendable(messages: list[OutboxMessage], now: datetime) -> list[OutboxMessage]:
-    """MESSAGES (taken with ``outbox.claim``, of one endpoint) that may be sent, each with
-    the body all its deliveries send (built and kept at the first attempt, for the batch
-    from one read of the tasks, kept by one write and read back by one read); the others are
-    given up."""
+    """MESSAGES (taken with ``outbox.claim``, of one endpoint, with their bodies) that may be
+    sent; the others are given up."""
     endpoint = messages[0].endpoint
     if endpoint is None or not endpoint.enabled:
         for message in messages:
             outbox.give_up(message, reason="the endpoint is disabled or gone", now=now)
         return []
-    unbuilt = [m for m in messages if m.body is None]
-    tasks = Task.objects.select_related("client").in_bulk({m.task_id for m in unbuilt})
-    for message in unbuilt:
-        if message.task_id not in tasks:  # purged meanwhile (its messages go with it)
+    for message in messages:
+        if message.body is None:  # its task was purged meanwhile (its messages go with it)
             outbox.give_up(message, reason="the task is gone", now=now)
-    kept = outbox.fix_bodies(
-        {m.pk: body_of(m, data_of(m, tasks[m.task_id])) for m in unbuilt if m.task_id in tasks}
-    )
-    for message in unbuilt:
-        message.body = kept.get(message.pk)
     return [m for m in messages if m.body is not None]
 
 
@@ -552,6 +551,7 @@ def deliver_due(*, seconds: float) -> int:
                     per_endpoint=_PER_ENDPOINT,
                     skip_endpoints=[e for e in sending.values() if e is not None],
                     lease_seconds=lease,
+                    build_bodies=_bodies,
                 )
                 held_until = time.monotonic() + lease
                 by_endpoint: dict[int | None, list[OutboxMessage]] = {}

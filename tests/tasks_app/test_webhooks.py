@@ -295,14 +295,17 @@ def test_a_connection_that_cannot_be_kept_is_made_again_for_the_next_message(
 def test_what_a_batchs_lease_would_not_hold_is_due_again_at_once(alice, receiver) -> None:  # type: ignore[no-untyped-def]
     _endpoint(alice, receiver, ["task.completed"])
     _completed(alice, 3)
-    taken = outbox.claim("webhook", limit=10, lease_seconds=600)
+    taken = outbox.claim("webhook", limit=10, lease_seconds=600, build_bodies=webhooks._bodies)
     assert all(m.due_at > timezone.now() for m in OutboxMessage.objects.all())
     # A lease that ends before another attempt could: nothing is sent, and the messages
     # wait for the next claim, not for the lease.
     assert webhooks._send_in_turn(taken, held_until=time.monotonic(), threaded=False) == 0
     assert receiver.deliveries == []
     assert all(m.due_at <= timezone.now() for m in OutboxMessage.objects.all())
-    assert len(outbox.claim("webhook", limit=10, lease_seconds=600)) == 3
+    assert (
+        len(outbox.claim("webhook", limit=10, lease_seconds=600, build_bodies=webhooks._bodies))
+        == 3
+    )
 
 
 def test_a_failure_in_a_batch_is_retried_alone_and_the_endpoint_is_not_failing_after_a_success(

@@ -636,6 +636,6 @@ def test_a_certificate_for_another_name_is_refused(alice, task, tmp_path, settin
         webhooks.deliver_due(seconds=5)
         assert receiver.deliveries == []
         attempt = DeliveryAttempt.objects.get()
-        assert attempt.status_code is None and "doesn't match" in attempt.error
+        assert attempt.status_code is None and "Hostname mismatch" in attempt.error
     finally:
         receiver.close()

@@ -491,6 +491,7 @@ def _alternately(
     _manage(env, "add_webhook", "--client", client, "--url", hook, "--events", *WEBHOOK_EVENTS)
     auth = f"Bearer {token}"
     wrk_env = {**os.environ, "BENCH_TOOL": TOOL, "BENCH_ARGS": TOOL_ARGS, "BENCH_AUTH": auth}
+    os.environ["BENCH_AUTH"] = auth  # mcp_tasks_load.py reads it
     common = ["--tool", TOOL, "--args", TOOL_ARGS, "--timeout", "300"]
     figures: dict[str, dict[str, list[float]]] = {
         "without": {"accept": [], "e2e": []},

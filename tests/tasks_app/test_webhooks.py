@@ -299,7 +299,7 @@ def test_what_a_batchs_lease_would_not_hold_is_due_again_at_once(alice, receiver
     assert all(m.due_at > timezone.now() for m in OutboxMessage.objects.all())
     # A lease that ends before another attempt could: nothing is sent, and the messages
     # wait for the next claim, not for the lease.
-    assert webhooks._send_in_turn(taken, held_until=time.monotonic(), threaded=False) == 0
+    assert webhooks._send_in_turn(taken, held_until=time.monotonic()) == 0
     assert receiver.deliveries == []
     assert all(m.due_at <= timezone.now() for m in OutboxMessage.objects.all())
     assert (

@@ -14,8 +14,8 @@ Then:
    then against the peer, and the ratios it prints; plus the peak RSS of all Taskdesk
    processes (the peer's ``rss`` row is its two processes).
 3. **Webhooks.** On PostgreSQL + Redis, accept and end to end again without and with one
-   webhook endpoint (every event) on the bench client, alternately, twice each, against a
-   local receiver (nginx) that answers at once.
+   webhook endpoint (every event) on the bench client, alternately, three times each
+   (``BENCH_WEBHOOK_ROUNDS``), against a local receiver (nginx) that answers at once.
 
 Prints both tables and writes them into docs/benchmarks.md (``BENCH_NO_DOCS=1`` leaves the
 docs alone). Run it on a quiet machine: the absolute figures move with whatever else runs;
@@ -23,7 +23,8 @@ the ratio of the two back-to-back runs is the figure to trust.
 
 Environment: BENCH_STACK (postgres | embedded | both; default postgres), BENCH_POSTGRES,
 BENCH_REDIS (default redis://127.0.0.1:6379/3), BENCH_SHARED (default ../shared/bench),
-BENCH_SKIP_PEER=1 (our figures only), BENCH_SKIP_WEBHOOKS=1 (no webhook phase), BENCH_KEEP=1
+BENCH_SKIP_PEER=1 (our figures only), BENCH_SKIP_WEBHOOKS=1 (no webhook phase),
+BENCH_WEBHOOK_ROUNDS (how many times each, default 3), BENCH_KEEP=1
 (keep the logs).
 """
 
@@ -475,11 +476,11 @@ def with_webhooks(
     url: str, token: str, env: dict[str, str], client: str, folder: Path
 ) -> dict[str, Any]:
     """Accept (wrk, 10 s) and end to end (2,000 tasks) without and with one webhook endpoint
-    (every event) on the client, alternately, twice each; the endpoint is a local receiver
-    that answers 204 at once (``Receiver``, in FOLDER), so what is measured is Taskdesk's side
-    of the deliveries. End to end starts once the accept phase's
-    tasks are delivered: it competes with the deliveries of its own tasks, not with ten
-    seconds of accepted tasks' deliveries left over."""
+    (every event) on the client, alternately, ``BENCH_WEBHOOK_ROUNDS`` (3) times each; the
+    endpoint is a local receiver that answers 204 at once (``Receiver``, in FOLDER), so what
+    is measured is Taskdesk's side of the deliveries. End to end starts once the accept
+    phase's tasks are delivered: it competes with the deliveries of its own tasks, not with
+    ten seconds of accepted tasks' deliveries left over."""
     with Receiver(folder).running() as receiver:
         return _alternately(receiver, url, token, env, client)
 
@@ -497,7 +498,8 @@ def _alternately(
         "without": {"accept": [], "e2e": []},
         "with": {"accept": [], "e2e": []},
     }
-    for label in ("without", "with", "without", "with"):
+    rounds = int(os.environ.get("BENCH_WEBHOOK_ROUNDS", "3"))
+    for label in ("without", "with") * rounds:
         enabled = "True" if label == "with" else "False"
         _manage(env, "shell", "-c", "from tasks_app.models import WebhookEndpoint; "
                 f"WebhookEndpoint.objects.update(enabled={enabled})")  # fmt: skip
@@ -562,7 +564,8 @@ def run(stack: str, workdir: Path) -> str:
     if hooks is not None:
         section += (
             "\n\nWith a webhook endpoint (every event) on the client, against a local receiver "
-            "(nginx) that answers at once; without and with alternately, twice each, the median of "
+            "(nginx) that answers at once; without and with alternately, "
+            f"{len(hooks['figures']['with']['e2e'])} times each, the median of "
             f"each ({hooks['delivered']:,} deliveries received; target: within 10 %):\n\n"
             f"{webhook_table(hooks)}"
         )

@@ -53,7 +53,7 @@ conformance: install
 # (bench/oauth.py: accept and tasks/get with an OAuth access token beside a static token).
 bench: install
 	@command -v wrk >/dev/null || { apt-get update -qq && apt-get install -y -qq wrk; }
-	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || apt-get install -y -qq nginx
+	@command -v nginx >/dev/null || [ -x /usr/sbin/nginx ] || { apt-get update -qq && apt-get install -y -qq nginx; }
 	BENCH_STACK=$${BENCH_STACK:-both} $(BIN)/python bench/shipped.py
 	$(BIN)/python bench/acceptance.py
 	$(BIN)/python bench/oauth.py

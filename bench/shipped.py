@@ -35,6 +35,7 @@ import json
 import os
 import platform
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -451,12 +452,20 @@ class Receiver:
         with process([nginx, "-c", str(config), "-p", str(self.folder)], env=dict(os.environ),
                      log=self.folder / "nginx.log"):  # fmt: skip
             deadline = time.monotonic() + 10
-            while not self.log.exists() and time.monotonic() < deadline:
+            while not _listening(self.port):
+                if time.monotonic() > deadline:
+                    sys.exit(f"bench: nginx did not start; see {self.folder}/nginx.log")
                 time.sleep(0.05)
             yield self
 
     def received(self) -> int:
         return self.log.stat().st_size // 4 if self.log.exists() else 0
+
+
+def _listening(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
+        return True
+    return False
 
 
 def _manage(env: dict[str, str], *args: str) -> str:

@@ -15,9 +15,9 @@ reaches nothing unchecked.
 (``tasks_app.outbox``), signed per the Standard Webhooks specification with the
 ``standardwebhooks`` package: ``webhook-id`` (the message's id, the same on every delivery),
 ``webhook-timestamp`` and ``webhook-signature``. The body is ``{"type", "timestamp",
-"data"}``, ``data`` being the task as ``tasks/get`` returns it (built by the caller, kept when
-the message is first taken). A 2xx answer delivers the message; anything else (or no answer within
-``TASKDESK_WEBHOOK_TIMEOUT_SECONDS``; redirects are not followed) is retried with
+"data"}``, ``data`` being the task as ``tasks/get`` returns it (built by the caller, kept
+when the message is first taken). A 2xx answer delivers the message; anything else (or no
+answer within ``TASKDESK_WEBHOOK_TIMEOUT_SECONDS``; redirects are not followed) is retried with
 exponential backoff and jitter for ``TASKDESK_WEBHOOK_RETRY_HOURS``. Up to
 ``TASKDESK_WEBHOOK_CONCURRENCY`` endpoints are sent to at once, one message at a time each. An endpoint whose
 deliveries all failed for that long is disabled, with a warning in the log and an entry on
@@ -293,7 +293,6 @@ class Connection:
         if self._target is None:
             return Answer(None, took(), self._refused)
         target = self._target
-        connection = self._opened(target)
         sent = {
             **headers,
             "Host": target.host_header,
@@ -301,6 +300,8 @@ class Connection:
             "User-Agent": "Taskdesk-Webhooks",
         }
         try:
+            # Inside the try: an unreadable TASKDESK_WEBHOOK_CA_FILE is this attempt's error.
+            connection = self._opened(target)
             connection.request("POST", target.path, body=body.encode(), headers=sent)
             response = connection.getresponse()
             response.read(_ANSWER_BYTES)
@@ -308,7 +309,8 @@ class Connection:
                 connection.close()
             status = response.status
         except (http.client.HTTPException, OSError) as exc:  # TLS errors are OSErrors
-            connection.close()
+            if self._http is not None:
+                self._http.close()
             return Answer(None, took(), f"{type(exc).__name__}: {exc}")
         error = "" if 200 <= status < 300 else f"HTTP {status}"
         return Answer(status, took(), error)

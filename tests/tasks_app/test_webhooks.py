@@ -639,3 +639,19 @@ def test_a_certificate_for_another_name_is_refused(alice, task, tmp_path, settin
         assert attempt.status_code is None and "Hostname mismatch" in attempt.error
     finally:
         receiver.close()
+
+
+def test_an_unreadable_ca_file_is_the_attempts_error_not_the_senders(  # type: ignore[no-untyped-def]
+    alice, task, tmp_path, settings, dns
+) -> None:
+    settings.TASKDESK_WEBHOOK_CA_FILE = str(tmp_path / "missing.pem")
+    settings.TASKDESK_WEBHOOK_BACKOFF_SECONDS = settings.TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = 60
+    dns["hooks.example.test"] = "127.0.0.1"
+    webhooks.register(
+        client=alice, url="https://hooks.example.test:9/in", events=["task.completed"]
+    )
+    transitions.complete(task_id=task.pk, result={"content": []})
+    assert webhooks.deliver_due(seconds=5) == 0
+    attempt = DeliveryAttempt.objects.get()
+    assert attempt.status_code is None and attempt.error.startswith("FileNotFoundError")
+    assert OutboxMessage.objects.get().delivered_at is None  # retried later

@@ -27,7 +27,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F
+from django.db.models import F, ForeignKey
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -122,6 +122,9 @@ def write_to(
     return len(rows)
 
 
+_ENDPOINT = OutboxMessage._meta.get_field("endpoint")
+assert isinstance(_ENDPOINT, ForeignKey)
+
 # How many of the oldest due messages a claim with a per-endpoint cap looks at, in batches.
 _LOOK = 5
 
@@ -174,13 +177,15 @@ def claim(
     with transaction.atomic():
         # Still due, and not being taken by another sender (taken ones are due later now).
         taken = list(
-            due.filter(pk__in=chosen)
-            .select_for_update(skip_locked=True, of=("self",))
-            .select_related("endpoint")
-            .order_by("due_at", "pk")
+            due.filter(pk__in=chosen).select_for_update(skip_locked=True).order_by("due_at", "pk")
         )
         if not taken:
             return []
+        # Their endpoints, one instance each (a join made one for every message); None for
+        # one that is gone.
+        endpoints = WebhookEndpoint.objects.in_bulk({m.endpoint_id for m in taken} - {None})
+        for message in taken:
+            _ENDPOINT.set_cached_value(message, endpoints.get(message.endpoint_id))
         unbuilt = [m for m in taken if m.body is None]
         bodies = build_bodies(unbuilt) if build_bodies and unbuilt else {}
         _lease([m.pk for m in taken], until, bodies)

@@ -56,6 +56,7 @@ from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from tasks_app import outbox
+from tasks_app.db import reads
 from tasks_app.models import (
     Actor,
     Channel,
@@ -79,6 +80,9 @@ _BATCH = 100
 # The most messages of one endpoint a claim takes (sent one after another by one thread), so
 # that a batch always has room for others.
 _PER_ENDPOINT = _BATCH // 2
+# The least time between two claims of the sender when the first took everything due: what
+# a steady stream of messages adds to a delivery's delay, and what lets each claim take many.
+_GATHER_SECONDS = 0.25
 
 _T = TypeVar("_T")
 
@@ -457,7 +461,7 @@ def _bodies(messages: list[OutboxMessage]) -> dict[int, str]:
     """The body of each of MESSAGES (being taken without one, ``outbox.claim``): its task as
     ``tasks/get`` returns it, from one read of their tasks. A message whose task is gone
     (purged meanwhile) gets none."""
-    tasks = Task.objects.select_related("client").in_bulk({m.task_id for m in messages})
+    tasks = reads.tasks_by_id({m.task_id for m in messages if m.task_id is not None})
     return {m.pk: body_of(m, data_of(m, tasks[m.task_id])) for m in messages if m.task_id in tasks}
 
 
@@ -643,22 +647,34 @@ def deliver_due(*, seconds: float) -> int:
     Up to ``TASKDESK_WEBHOOK_CONCURRENCY`` endpoints are sent to at once, each by its own
     thread, one message after another (never two at once to one endpoint from this sender);
     a claim takes at most half a batch of one endpoint's messages and none of one being sent
-    to, so a slow endpoint with a backlog holds one thread, not everyone's deliveries."""
+    to, so a slow endpoint with a backlog holds one thread, not everyone's deliveries.
+
+    A claim that took everything due is followed by the next one no sooner than
+    ``_GATHER_SECONDS`` later: under a steady stream of messages each claim then takes what
+    gathered meanwhile, instead of a claim (and a record) every message or two. A claim
+    that had to leave messages (a full batch, an endpoint at its share) is followed at once."""
     deadline = time.monotonic() + seconds
     threaded = not db.connection.in_atomic_block
     threads = settings.TASKDESK_WEBHOOK_CONCURRENCY if threaded else 1
+    gather = _GATHER_SECONDS if threaded else 0.0
     sent = 0
-    sending: dict[Future[int], int | None] = {}  # each thread's job and its endpoint
+    # Each thread's job: its endpoint, and whether it took the endpoint's whole share (its
+    # endpoint may have more due, to be claimed as soon as the job ends).
+    sending: dict[Future[int], tuple[int | None, bool]] = {}
     pool: Executor = _Senders(threads) if threaded else _InPlace()
+    next_claim = time.monotonic()
+    found_none = False  # the last claim found nothing due, and skipped no endpoint
     with pool:
         while True:
-            if len(sending) < threads and time.monotonic() < deadline:
+            now = time.monotonic()
+            may_claim = len(sending) < threads and now < deadline
+            if may_claim and now >= next_claim:
                 lease = lease_seconds()
                 taken = outbox.claim(
                     Channel.WEBHOOK,
                     limit=_BATCH,
                     per_endpoint=_PER_ENDPOINT,
-                    skip_endpoints=[e for e in sending.values() if e is not None],
+                    skip_endpoints=[e for e, _ in sending.values() if e is not None],
                     lease_seconds=lease,
                     build_bodies=_bodies,
                 )
@@ -668,14 +684,23 @@ def deliver_due(*, seconds: float) -> int:
                     by_endpoint.setdefault(message.endpoint_id, []).append(message)
                 for endpoint_id, messages in by_endpoint.items():
                     job = pool.submit(_send_in_turn, messages, held_until)
-                    sending[job] = endpoint_id
-                if taken:
-                    continue  # others may be due too: claim again while threads are free
+                    sending[job] = (endpoint_id, len(messages) == _PER_ENDPOINT)
+                if len(taken) == _BATCH or any(
+                    len(messages) == _PER_ENDPOINT for messages in by_endpoint.values()
+                ):
+                    continue  # more may be due: claim again while threads are free
+                found_none = not taken and not sending
+                next_claim = now + gather
             if not sending:
-                break
-            done, _ = wait(sending, return_when=FIRST_COMPLETED)
+                if found_none or not may_claim:
+                    break
+                time.sleep(max(0.0, next_claim - time.monotonic()))
+                continue
+            timeout = max(0.0, next_claim - time.monotonic()) if may_claim else None
+            done, _ = wait(sending, timeout=timeout, return_when=FIRST_COMPLETED)
             for job in done:
-                del sending[job]
+                if sending.pop(job)[1]:
+                    next_claim = time.monotonic()  # its endpoint's next share, at once
                 sent += job.result()
     return sent
 

@@ -456,6 +456,42 @@ def test_a_slow_endpoint_with_a_backlog_does_not_hold_up_another_clients(  # typ
         other.close()
 
 
+@pytest.mark.django_db(transaction=True)
+def test_a_steady_stream_is_claimed_in_batches_that_gather_not_one_by_one(alice, receiver) -> None:  # type: ignore[no-untyped-def]
+    """A message every 10 ms while the sender runs (again 50 ms after a run ends): each claim
+    takes what gathered since the last (a batch shares the due_at its claim set), not a
+    message or two, and every message is delivered."""
+    _endpoint(alice, receiver, ["task.completed"])
+    (task,) = _completed(alice, 1)
+    stop = threading.Event()
+
+    def run() -> None:
+        try:
+            while not stop.is_set():
+                webhooks.deliver_due(seconds=2)
+                stop.wait(0.05)
+        finally:
+            __import__("django.db").db.connections.close_all()
+
+    sender = threading.Thread(target=run)
+    sender.start()
+    try:
+        until = time.monotonic() + 1.5
+        while time.monotonic() < until:
+            outbox.write_for_task(task, "task.completed")
+            time.sleep(0.01)
+    finally:
+        stop.set()
+        sender.join(timeout=30)
+    webhooks.deliver_due(seconds=5)  # what came after the sender's last run
+    written = OutboxMessage.objects.count()
+    delivered = OutboxMessage.objects.filter(delivered_at__isnull=False)
+    assert delivered.count() == written == len(receiver.deliveries)
+    batches = delivered.values("due_at").distinct().count()
+    # A claim at most every 0.25 s while messages keep coming, and the last run's.
+    assert batches <= 12, f"{written} messages in {batches} claims"
+
+
 # --- the deliveries page -----------------------------------------------------------------------
 
 

@@ -259,8 +259,8 @@ _LAPSE_TICK = 0.25
 
 class _Renewer:
     """One thread per process renews the leases of the legs running in it. (A thread per
-    leg cost more than a no-op leg's own work.) Its database connection is closed whenever
-    no leg is running."""
+    leg cost more than a no-op leg's own work.) It ends, closing its database connection,
+    at the first tick with no leg running; the next leg starts another (at most one a tick)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -296,9 +296,10 @@ class _Renewer:
             if lapsed:
                 self._hand_on(lapsed[0])
             with self._lock:
-                idle = not self._leases
-            if idle:
-                connection.close()  # this thread's own connection
+                if not self._leases:  # decided under the lock: add() starts the next one
+                    self._thread = None
+                    break
+        connection.close()  # this thread's own connection
 
     def _renew(self, lease: Lease) -> None:
         sent = time.monotonic()

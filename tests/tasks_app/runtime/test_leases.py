@@ -292,3 +292,21 @@ def test_a_look_reads_no_waiting_record_but_the_ones_it_takes(alice) -> None:
         plan = cursor.fetchone()[0][0]["Plan"]
 
     assert _rows_removed_by_filter(plan) == 0
+
+
+def test_the_renewer_thread_ends_with_the_last_leg_and_the_next_leg_starts_another(db) -> None:  # type: ignore[no-untyped-def]
+    renewer = leases._Renewer()
+    first = leases.Lease("a-task", "w:1:a", 1, time.monotonic())
+    renewer.add(first)
+    thread = renewer._thread
+    assert thread is not None and thread.is_alive()
+    renewer.remove(first)
+    thread.join(timeout=5)  # at its next tick, with no leg left
+    assert not thread.is_alive() and renewer._thread is None
+    second = leases.Lease("b-task", "w:1:a", 1, time.monotonic())
+    renewer.add(second)
+    try:
+        assert renewer._thread is not None and renewer._thread.is_alive()
+        assert renewer._thread is not thread
+    finally:
+        renewer.remove(second)

@@ -488,8 +488,9 @@ def test_a_steady_stream_is_claimed_in_batches_that_gather_not_one_by_one(alice,
     delivered = OutboxMessage.objects.filter(delivered_at__isnull=False)
     assert delivered.count() == written == len(receiver.deliveries)
     batches = delivered.values("due_at").distinct().count()
-    # A claim at most every 0.25 s while messages keep coming, and the last run's.
-    assert batches <= 12, f"{written} messages in {batches} claims"
+    # A claim at most every 0.25 s while messages keep coming, and the last run's: about
+    # seven batches, more only if the writer here was slowed (then four messages a batch).
+    assert batches <= max(12, written // 4), f"{written} messages in {batches} claims"
 
 
 # --- the deliveries page -----------------------------------------------------------------------

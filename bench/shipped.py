@@ -15,7 +15,9 @@ Then:
    processes (the peer's ``rss`` row is its two processes).
 3. **Webhooks.** On PostgreSQL + Redis, accept and end to end again without and with one
    webhook endpoint (every event) on the bench client, alternately, three times each
-   (``BENCH_WEBHOOK_ROUNDS``), against a local receiver (nginx) that answers at once.
+   (``BENCH_WEBHOOK_ROUNDS``), against a local receiver (nginx) that answers at once; with
+   each end-to-end round's CPU per task (control worker, PostgreSQL, web, in all), its
+   ``tasks/get`` per task, and how many messages a claim of the sender took on average.
 
 Prints both tables and writes them into docs/benchmarks.md (``BENCH_NO_DOCS=1`` leaves the
 docs alone). Run it on a quiet machine: the absolute figures move with whatever else runs;
@@ -481,6 +483,10 @@ def _wait_for_deliveries(receiver: Receiver, expected: int) -> None:
         time.sleep(0.2)
 
 
+# What the webhook phase reports of each end-to-end round's CPU (ms per task), by group.
+_COST_GROUPS = ("control worker and beat", "PostgreSQL", "web", "total")
+
+
 def with_webhooks(
     url: str, token: str, env: dict[str, str], client: str, folder: Path
 ) -> dict[str, Any]:
@@ -504,8 +510,8 @@ def _alternately(
     os.environ["BENCH_AUTH"] = auth  # mcp_tasks_load.py reads it
     common = ["--tool", TOOL, "--args", TOOL_ARGS, "--timeout", "300"]
     figures: dict[str, dict[str, list[float]]] = {
-        "without": {"accept": [], "e2e": []},
-        "with": {"accept": [], "e2e": []},
+        "without": {"accept": [], "e2e": [], "gets": [], **{g: [] for g in _COST_GROUPS}},
+        "with": {"accept": [], "e2e": [], "gets": [], **{g: [] for g in _COST_GROUPS}},
     }
     rounds = int(os.environ.get("BENCH_WEBHOOK_ROUNDS", "3"))
     for label in ("without", "with") * rounds:
@@ -522,14 +528,25 @@ def _alternately(
         accepted = round(accept["ok_rps"] * accept["duration_s"])
         if label == "with":  # end to end competes with its own tasks' deliveries only
             _wait_for_deliveries(receiver, before + accepted)
+        before_e2e = snapshot()
         e2e = load("e2e", url, *common, "--n", "2000", "--conc", "16", "--mode", "phased")
+        spent = delta(before_e2e, snapshot())
         figures[label]["accept"].append(accept["ok_rps"])
         figures[label]["e2e"].append(e2e["tasks_per_s"])
+        figures[label]["gets"].append(e2e.get("gets", 2000) / 2000)
+        for group in _COST_GROUPS:  # CPU ms per end-to-end task
+            figures[label][group].append(
+                sum(spent.values()) / 2 if group == "total" else spent[group] / 2
+            )
         if label == "with":  # and the next round starts with nothing left to deliver
             _wait_for_deliveries(receiver, before + accepted + 2000)
         say(f"{label} webhooks: accept {accept['ok_rps']:.0f} req/s, "
             f"end to end {e2e['tasks_per_s']:.0f} tasks/s")  # fmt: skip
-    return {"figures": figures, "delivered": receiver.received()}
+    claims = _manage(env, "shell", "-c", "from tasks_app.models import OutboxMessage; "
+                     "sent = OutboxMessage.objects.filter(delivered_at__isnull=False); "
+                     "print(sent.count(), sent.values('due_at').distinct().count())")  # fmt: skip
+    sent, taken = (int(n) for n in claims.strip().splitlines()[-1].split())
+    return {"figures": figures, "delivered": receiver.received(), "per_claim": sent / max(taken, 1)}
 
 
 def webhook_table(result: dict[str, Any]) -> str:
@@ -540,6 +557,15 @@ def webhook_table(result: dict[str, Any]) -> str:
         off = statistics.median(figures["without"][key])
         on = statistics.median(figures["with"][key])
         lines.append(f"| {title} | {off:.1f} | {on:.1f} | {on / off:.2f} |")
+    # How an end-to-end task's cost moved (older results have no such figures).
+    costs = [("gets", "`tasks/get` per end-to-end task")] + [
+        (group, f"end to end, CPU ms per task: {group}") for group in _COST_GROUPS
+    ]
+    for key, title in costs:
+        if figures["without"].get(key) and figures["with"].get(key):
+            off = statistics.median(figures["without"][key])
+            on = statistics.median(figures["with"][key])
+            lines.append(f"| {title} | {off:.2f} | {on:.2f} | {on / off:.2f} |")
     return "\n".join(lines)
 
 
@@ -575,7 +601,9 @@ def run(stack: str, workdir: Path) -> str:
             "\n\nWith a webhook endpoint (every event) on the client, against a local receiver "
             "(nginx) that answers at once; without and with alternately, "
             f"{len(hooks['figures']['with']['e2e'])} times each, the median of "
-            f"each ({hooks['delivered']:,} deliveries received; target: within 10 %):\n\n"
+            f"each ({hooks['delivered']:,} deliveries received, "
+            f"{hooks['per_claim']:.0f} messages a claim on average; "
+            "target: within 10 %):\n\n"
             f"{webhook_table(hooks)}"
         )
     print(section, flush=True)

@@ -112,3 +112,22 @@ def test_the_webhook_table_compares_the_medians_with_and_without(shipped) -> Non
     rows = shipped.webhook_table(result).splitlines()
     assert rows[2] == "| accept, req/s | 590.0 | 565.0 | 0.96 |"
     assert rows[3] == "| end to end, tasks/s | 290.0 | 250.0 | 0.86 |"
+
+
+def test_the_webhook_table_shows_how_an_end_to_end_tasks_cost_moved(shipped) -> None:  # type: ignore[no-untyped-def]
+    costs = {"gets": [1.0, 1.2], "control worker and beat": [0.1, 0.1], "PostgreSQL": [2.0, 2.2],
+             "web": [5.0, 5.0], "total": [10.0, 11.0]}  # fmt: skip
+    more = {"gets": [2.0, 2.4], "control worker and beat": [1.0, 0.8], "PostgreSQL": [2.6, 2.6],
+            "web": [6.0, 7.0], "total": [13.0, 14.0]}  # fmt: skip
+    result = {
+        "figures": {
+            "without": {"accept": [600.0], "e2e": [300.0], **costs},
+            "with": {"accept": [570.0], "e2e": [240.0], **more},
+        }
+    }
+    rows = shipped.webhook_table(result).splitlines()
+    assert rows[4] == "| `tasks/get` per end-to-end task | 1.10 | 2.20 | 2.00 |"
+    assert (
+        rows[5] == "| end to end, CPU ms per task: control worker and beat | 0.10 | 0.90 | 9.00 |"
+    )
+    assert rows[8] == "| end to end, CPU ms per task: total | 10.50 | 13.50 | 1.29 |"

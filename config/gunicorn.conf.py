@@ -6,6 +6,8 @@ import gc
 import importlib
 import multiprocessing
 import os
+import queue
+import signal
 import socket
 import sys
 import time
@@ -155,6 +157,36 @@ def pre_fork(server: Any, worker: Any) -> None:
     get_resolver().url_patterns  # noqa: B018 - imports every view module once, here
     gc.collect()
     gc.freeze()
+
+
+def post_fork(server: Any, worker: Any) -> None:
+    """In a web process just forked, keep the master's signal queue as the process copied it.
+
+    Until gunicorn gives the process handlers of its own (the worker's init_process), a signal
+    it receives runs the master's handler, which only puts it on that queue: the process's
+    own copy, which nothing reads. A stop sent in that window was lost: a Ctrl-C or a SIGTERM
+    while the master was still starting its processes left one serving until it was killed
+    (make run's supervisor waited 10 s, then sent SIGKILL). post_worker_init reads the copy."""
+    worker.signals_before_init = server.SIG_QUEUE
+
+
+def post_worker_init(worker: Any) -> None:
+    """Act on the stop signals that reached this web process before it had its own handlers
+    (post_fork), now that it has them: SIGTERM stops it gracefully, SIGINT and SIGQUIT at once,
+    as they would have. Other signals on the copied queue were the master's, and are left to
+    it (a stop of the master's own stops this process too)."""
+    pending = getattr(worker, "signals_before_init", None)
+    worker.signals_before_init = None
+    while pending is not None:
+        try:
+            number = pending.get_nowait()
+        except queue.Empty:
+            return
+        if number == signal.SIGTERM:
+            worker.log.info("Stopping (pid: %s): SIGTERM received while starting", worker.pid)
+            worker.alive = False
+        elif number in (signal.SIGINT, signal.SIGQUIT):
+            worker.handle_quit(number, None)
 
 
 def child_exit(server: Any, worker: Any) -> None:

@@ -4,13 +4,17 @@ listens on a socket of its own, and a port something already listens on is refus
 from __future__ import annotations
 
 import json
+import logging
 import os
+import queue
+import runpy
 import signal
 import socket
 import stat
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -118,3 +122,49 @@ def test_a_port_something_already_listens_on_is_refused(tmp_path, stopped) -> No
 
     assert web.returncode != 0
     assert f"cannot listen on 127.0.0.1:{port}: Address already in use" in output.decode()
+
+
+class _Booting:
+    """What post_worker_init sees of a web process: gunicorn's worker, as far as it is used."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self.alive = True
+        self.quit_by: int | None = None
+        self.log = logging.getLogger("tests.gunicorn")
+
+    def handle_quit(self, number: int, frame: object) -> None:
+        self.quit_by = number
+
+
+@pytest.fixture(scope="module")
+def hooks() -> dict[str, object]:
+    return runpy.run_path(str(ROOT / "config" / "gunicorn.conf.py"))
+
+
+@pytest.mark.parametrize(
+    ("received", "alive", "quit_by"),
+    [
+        ([signal.SIGTERM], False, None),
+        ([signal.SIGCHLD, signal.SIGINT], True, signal.SIGINT),
+        ([signal.SIGQUIT], True, signal.SIGQUIT),
+        ([signal.SIGHUP, signal.SIGCHLD, signal.SIGTTIN], True, None),
+        ([], True, None),
+    ],
+)
+def test_a_stop_received_before_the_web_process_had_its_handlers_is_acted_on(
+    hooks, received, alive, quit_by
+) -> None:
+    """Between the fork and gunicorn's own handlers, a signal runs the master's handler, which
+    only puts it on the process's copy of the master's queue. A SIGTERM there was lost and the
+    process served on after the master had stopped (make run's Ctrl-C while web processes
+    were still starting waited 10 s and killed it)."""
+    master = SimpleNamespace(SIG_QUEUE=queue.SimpleQueue())
+    worker = _Booting()
+    hooks["post_fork"](master, worker)  # type: ignore[operator]
+    for number in received:  # what the master's handler does in the forked process
+        master.SIG_QUEUE.put_nowait(number)
+
+    hooks["post_worker_init"](worker)  # type: ignore[operator]
+
+    assert (worker.alive, worker.quit_by) == (alive, quit_by)

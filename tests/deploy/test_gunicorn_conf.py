@@ -168,3 +168,50 @@ def test_a_stop_received_before_the_web_process_had_its_handlers_is_acted_on(
     hooks["post_worker_init"](worker)  # type: ignore[operator]
 
     assert (worker.alive, worker.quit_by) == (alive, quit_by)
+
+
+class _Log:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def info(self, message: str, *args: object) -> None:
+        self.lines.append(message % args)
+
+    warning = info
+
+
+def test_the_start_hooks_wait_for_a_busy_port_then_refuse_it_and_name_the_free_one(
+    hooks, monkeypatch
+) -> None:
+    """In this process, what the tests with gunicorn itself (above) check from outside: a busy
+    port is tried five times, a second apart, then refused; a free one is named when ready."""
+    conf = hooks["on_starting"].__globals__  # type: ignore[attr-defined]
+    master = SimpleNamespace(log=_Log())
+    waits: list[float] = []
+    monkeypatch.setattr(conf["time"], "sleep", waits.append)
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = f"127.0.0.1:{taken.getsockname()[1]}"
+        monkeypatch.setitem(conf, "bind", [busy])
+        with pytest.raises(SystemExit, match=f"cannot listen on {busy}: Address already in use"):
+            hooks["on_starting"](master)  # type: ignore[operator]
+    assert waits == [1, 1, 1, 1]
+    assert master.log.lines == [f"{busy} is in use; trying again in 1 second"] * 4
+
+    free = f"127.0.0.1:{free_port()}"
+    monkeypatch.setitem(conf, "bind", [free])
+    master.log.lines.clear()
+    hooks["on_starting"](master)  # type: ignore[operator]
+    hooks["when_ready"](master)  # type: ignore[operator]
+    assert master.log.lines == [f"Listening at: http://{free} (a socket per web process)"]
+
+
+def test_a_web_process_that_ended_leaves_the_live_gauges(hooks, tmp_path, monkeypatch) -> None:
+    """child_exit: the files of its live gauges go (prometheus-client's mark_process_dead), so
+    /metrics stops counting it; its counters' files stay."""
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path))
+    (tmp_path / "gauge_livesum_4242.db").write_bytes(b"")
+    (tmp_path / "counter_4242.db").write_bytes(b"")
+    hooks["child_exit"](SimpleNamespace(), SimpleNamespace(pid=4242))  # type: ignore[operator]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["counter_4242.db"]

@@ -531,10 +531,6 @@ TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS = env_float(
     "TASKDESK_WEBHOOK_BACKOFF_MAX_SECONDS", 3600.0, minimum=0.01
 )
 TASKDESK_WEBHOOK_TIMEOUT_SECONDS = env_float("TASKDESK_WEBHOOK_TIMEOUT_SECONDS", 10.0, minimum=0.1)
-# While legs wait for a worker, the sender takes only messages due at least this long ago: on
-# a saturated host the deliveries give way to the work itself, and a message waits at most
-# this much longer (0: never; a control worker on a host of its own takes nothing from legs).
-TASKDESK_WEBHOOK_YIELD_SECONDS = env_float("TASKDESK_WEBHOOK_YIELD_SECONDS", 5.0, minimum=0.0)
 # How many endpoints the sender delivers to at once (a thread each; one slow endpoint holds one).
 TASKDESK_WEBHOOK_CONCURRENCY = env_int("TASKDESK_WEBHOOK_CONCURRENCY", 8, minimum=1, maximum=64)
 TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK = env_bool("TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK", False)

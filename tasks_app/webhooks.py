@@ -652,15 +652,11 @@ def deliver_due(*, seconds: float) -> int:
     A claim that took everything due is followed by the next one no sooner than
     ``_GATHER_SECONDS`` later: under a steady stream of messages each claim then takes what
     gathered meanwhile, instead of a claim (and a record) every message or two. A claim
-    that had to leave messages (a full batch, an endpoint at its share) is followed at once.
-
-    While legs wait for a worker, a claim takes only messages due at least
-    ``TASKDESK_WEBHOOK_YIELD_SECONDS`` ago (``_due_by``)."""
+    that had to leave messages (a full batch, an endpoint at its share) is followed at once."""
     deadline = time.monotonic() + seconds
     threaded = not db.connection.in_atomic_block
     threads = settings.TASKDESK_WEBHOOK_CONCURRENCY if threaded else 1
     gather = _GATHER_SECONDS if threaded else 0.0
-    give_way = settings.TASKDESK_WEBHOOK_YIELD_SECONDS if threaded else 0.0
     sent = 0
     # Each thread's job: its endpoint, and whether it took the endpoint's whole share (its
     # endpoint may have more due, to be claimed as soon as the job ends).
@@ -681,7 +677,6 @@ def deliver_due(*, seconds: float) -> int:
                     skip_endpoints=[e for e, _ in sending.values() if e is not None],
                     lease_seconds=lease,
                     build_bodies=_bodies,
-                    due_by=_due_by(give_way),
                 )
                 held_until = time.monotonic() + lease
                 by_endpoint: dict[int | None, list[OutboxMessage]] = {}
@@ -708,17 +703,6 @@ def deliver_due(*, seconds: float) -> int:
                     next_claim = time.monotonic()  # its endpoint's next share, at once
                 sent += job.result()
     return sent
-
-
-def _due_by(give_way: float) -> datetime | None:
-    """The latest due time a claim may take now: GIVE_WAY seconds ago while legs wait for a
-    worker, or None (anything due). Legs waiting means the leg workers are all busy; on a
-    host they share with the sender, what the deliveries take comes out of the legs' share
-    of the cores (measured in docs/benchmarks.md). A delivery is not the work: it waits, up to
-    GIVE_WAY seconds, and what gathered meanwhile goes in full batches once legs catch up."""
-    if give_way <= 0 or not reads.legs_waiting():
-        return None
-    return timezone.now() - timedelta(seconds=give_way)
 
 
 def pending_count() -> int:

@@ -31,7 +31,7 @@ the end of a leg check the fence: the lease is still (owner, generation) and not
 from __future__ import annotations
 
 from tasks_app.db.backend import Backend, PostgreSQL, SQLite, backend
-from tasks_app.db.reads import legs_waiting, tenant_of
+from tasks_app.db.reads import tenant_of
 from tasks_app.db.results import (
     Accepted,
     Claim,
@@ -57,7 +57,6 @@ __all__ = [
     "PostgreSQL",
     "SQLite",
     "backend",
-    "legs_waiting",
     "look_after_end",
     "tenant_of",
 ]

@@ -1,5 +1,5 @@
 """Reads of the hot path: a client's task for every ``tasks/get``, a webhook batch's tasks,
-a task's tenant, and whether legs are waiting for a worker."""
+and a task's tenant."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Collection
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from tasks_app.db import prepared, rows
-from tasks_app.models import Client, Dispatch, Task
+from tasks_app.models import Client, Task
 
 TASK_FOR_CLIENT = (
     f"SELECT {rows.TASK_COLUMNS} FROM tasks_app_task "
@@ -58,9 +58,3 @@ def tenant_of(task: Task) -> int | None:
         Task.objects.filter(pk=task.pk).values_list("client__tenant_id", flat=True).first()
     )
     return tenant
-
-
-def legs_waiting() -> bool:
-    """Whether any dispatch record is waiting for a leg (no worker has taken it yet): the
-    leg workers are all busy. Through the index of waiting records."""
-    return Dispatch.objects.filter(consumed_at__isnull=True).exists()

@@ -69,7 +69,7 @@ def run_waiting_legs(*, seconds: float) -> int:
             else:
                 if time.monotonic() >= deadline:
                     draining = _leave(name)
-                    if db.legs_waiting():
+                    if leases.waiting():
                         dispatch.wake("waiting legs handed on")
                     break
                 owner = leases.new_owner()

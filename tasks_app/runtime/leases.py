@@ -33,7 +33,7 @@ from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 
 from tasks_app import db, dispatch
-from tasks_app.models import Actor, EventKind, Status, Task, event
+from tasks_app.models import Actor, Dispatch, EventKind, Status, Task, event
 
 log = logging.getLogger("tasks_app.runtime")
 
@@ -183,6 +183,11 @@ _floor = _Floor()
 def forget_stale_drainers() -> int:
     """Delete the drainer rows of processes gone for a minute (killed while draining)."""
     return db.backend().forget_drainers(older_than=60.0)
+
+
+def waiting() -> bool:
+    """Whether any dispatch record is waiting for a leg (not consumed yet)."""
+    return Dispatch.objects.filter(consumed_at__isnull=True).exists()
 
 
 def over_share(task_id: str, tenant_id: int | None) -> bool:

@@ -22,7 +22,6 @@ from django.utils import timezone
 from tasks_app import outbox, transitions, webhooks
 from tasks_app.models import (
     DeliveryAttempt,
-    Dispatch,
     EventKind,
     OutboxMessage,
     Task,
@@ -492,32 +491,6 @@ def test_a_steady_stream_is_claimed_in_batches_that_gather_not_one_by_one(alice,
     # A claim at most every 0.25 s while messages keep coming, and the last run's: about
     # seven batches, more only if the writer here was slowed (then four messages a batch).
     assert batches <= max(12, written // 4), f"{written} messages in {batches} claims"
-
-
-@pytest.mark.django_db(transaction=True)
-@pytest.mark.parametrize("give_way", [5.0, 0.0])
-def test_while_legs_wait_for_a_worker_deliveries_give_way_for_a_while(
-    alice, receiver, settings, give_way
-) -> None:  # type: ignore[no-untyped-def]
-    """Legs waiting (a dispatch record no worker took): only a message due for longer than
-    TASKDESK_WEBHOOK_YIELD_SECONDS goes; the others go once no leg waits. At 0, all at once."""
-    settings.TASKDESK_WEBHOOK_YIELD_SECONDS = give_way
-    _endpoint(alice, receiver, ["task.completed"])
-    older, newer = _completed(alice, 2)
-    OutboxMessage.objects.filter(task=older).update(due_at=timezone.now() - timedelta(seconds=6))
-    waiting = Task.objects.create(client=alice, tool_name="t", arguments={})
-    Dispatch.objects.create(task=waiting, reason="accepted")
-
-    def delivered() -> set[str]:
-        sent = OutboxMessage.objects.filter(delivered_at__isnull=False)
-        return set(sent.values_list("task_id", flat=True))
-
-    webhooks.deliver_due(seconds=2)
-    assert delivered() == ({older.pk} if give_way else {older.pk, newer.pk})
-
-    Dispatch.objects.update(consumed_at=timezone.now())  # a worker took the leg
-    webhooks.deliver_due(seconds=2)
-    assert delivered() == {older.pk, newer.pk} and len(receiver.deliveries) == 2
 
 
 # --- the deliveries page -----------------------------------------------------------------------

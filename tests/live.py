@@ -68,8 +68,12 @@ def end_run(*, passed: bool) -> Path | None:
 # Each test process takes its ports from a block of its own below the ephemeral range (which
 # starts at 32768): ports the kernel handed out for binding to port 0 came back to another
 # xdist worker a moment later, and a web server listens with SO_REUSEPORT, so two workers'
-# stacks started together could share a port and answer each other's requests.
-_PORTS_FROM, _PORTS_PER_PROCESS = 10_000, 2_000
+# stacks started together could share a port and answer each other's requests. Two runs at
+# once on one machine need blocks apart too: TASKDESK_TEST_PORTS moves a run's first block
+# (CI's RabbitMQ tests run beside the serial pass of another run, and the two had picked the
+# same ports: one stack's requests reached the other's, whose database knew no such token).
+_PORTS_FROM = int(os.environ.get("TASKDESK_TEST_PORTS") or 10_000)
+_PORTS_PER_PROCESS = 2_000
 _next_port = 0
 
 

@@ -27,7 +27,7 @@ run: install
 	$(BIN)/python manage.py collectstatic --noinput -v0
 	$(BIN)/python manage.py bootstrap
 	$(BIN)/python manage.py clear_metrics
-	exec $(BIN)/python scripts/run_procfile.py -f Procfile --port $(PORT)
+	exec $(BIN)/python scripts/run_procfile.py -f Procfile --port $(PORT) --preload config.preload
 
 # Tests keep their SQLite files, broker folder and exports apart from `make run`'s. They run in
 # two passes at once (scripts/run_tests.py): TEST_WORKERS pytest-xdist workers, each with its

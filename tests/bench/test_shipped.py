@@ -45,6 +45,25 @@ def shipped():  # type: ignore[no-untyped-def]
         ),
         (".venv/bin/celery -A config beat --loglevel INFO", "", "control worker and beat"),
         (".venv/bin/python scripts/run_procfile.py -f Procfile", "make run", "supervisor"),
+        # The titles of make run's processes forked from its supervisor (setproctitle).
+        ("gunicorn: worker [taskdesk-web]", "gunicorn: master [taskdesk-web]", "web"),
+        (
+            "[celeryd: worker@h:MainProcess] -active- (-A config worker --pool prefork --queues "
+            "celery --loglevel INFO -n worker@%h)",
+            ".venv/bin/python scripts/run_procfile.py -f Procfile --preload config.preload",
+            "worker main",
+        ),
+        (
+            "[celeryd: worker@h:ForkPoolWorker-1]",
+            "[celeryd: worker@h:MainProcess] -active- (-A config worker --pool prefork)",
+            "worker pool",
+        ),
+        (
+            "[celeryd: control@h:MainProcess] -active- (-A config worker --pool solo --queues "
+            "control --embed-beat -s var/celerybeat-schedule)",
+            ".venv/bin/python scripts/run_procfile.py -f Procfile --preload config.preload",
+            "control worker and beat",
+        ),
         ("postgres: 15/main: postgres taskdesk 127.0.0.1(5050) idle", "", "PostgreSQL"),
         ("redis-server 127.0.0.1:6379", "", "Redis"),
         ("/usr/bin/bash something else", "", None),

@@ -25,17 +25,35 @@ def _procfile(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def _start(procfile: Path, *args: str, port: int = 8123) -> tuple[subprocess.Popen[bytes], Path]:
+def _start(
+    procfile: Path, *args: str, port: int = 8123, env: dict[str, str] | None = None
+) -> tuple[subprocess.Popen[bytes], Path]:
     out = procfile.parent / "out.log"
     with open(out, "wb") as log:
         proc = subprocess.Popen(
             [sys.executable, str(SCRIPT), "-f", str(procfile), "--port", str(port), *args],
             cwd=procfile.parent,
+            env=env,
             stdout=log,
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
     return proc, out
+
+
+def _module():  # type: ignore[no-untyped-def]
+    """scripts/run_procfile.py as a module."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("run_procfile", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["run_procfile"] = module  # its dataclasses look their module up
+    try:
+        spec.loader.exec_module(module)
+    finally:
+        del sys.modules["run_procfile"]
+    return module
 
 
 def _alive(pid: int) -> bool:
@@ -55,16 +73,7 @@ def _pids(text: str, name: str) -> int:
 
 
 def test_it_reads_names_and_commands_and_refuses_what_is_not_a_procfile(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("run_procfile", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["run_procfile"] = module  # its dataclasses look their module up
-    try:
-        spec.loader.exec_module(module)
-    finally:
-        del sys.modules["run_procfile"]
+    module = _module()
 
     good = _procfile(tmp_path, "# the stack\n\nweb: exec gunicorn app\nworker:exec celery a: b\n")
     assert module.read_procfile(good) == [
@@ -237,3 +246,109 @@ def test_sighup_stops_the_processes_like_sigterm(tmp_path) -> None:  # type: ign
     assert "SIGHUP received: sending SIGTERM to calm.1" in text
     assert "calm.1 | got TERM" in text
     assert "calm.1 stopped (rc=0)" in text
+
+
+# --- --preload: the Python programs as forks of a loaded supervisor ----------------------------
+
+VENV_PATH = {**os.environ, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"}
+
+
+def test_a_line_is_expanded_by_the_shell_and_only_console_scripts_of_this_environment_fork() -> (
+    None
+):
+    module = _module()
+    env = {**VENV_PATH, "LOG_FORMAT": "json"}
+    env.pop("LOG_LEVEL", None)
+
+    line = (
+        'exec celery -A config $([ "$LOG_FORMAT" = json ] && echo --quiet) worker '
+        '--loglevel ${LOG_LEVEL:-INFO} -n "a b@%h"'
+    )
+    assert module.program_argv(line, env) == [
+        "celery", "-A", "config", "--quiet", "worker", "--loglevel", "INFO", "-n", "a b@%h"
+    ]  # fmt: skip
+    assert module.program_argv("echo hi; exec sleep 1", env) is None  # not `exec PROGRAM`
+    assert module.program_argv("exec sleep $(", env) is None  # the shell refuses it
+
+    assert callable(module.entry_point("gunicorn", env))
+    assert module.entry_point("sleep", env) is None  # not a Python program
+    assert module.entry_point("gunicorn", {"PATH": "/usr/bin:/bin"}) is None  # another one's
+
+
+def _smaps(pid: int) -> dict[str, int]:
+    """/proc/PID/smaps_rollup in KiB."""
+    lines = Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines()[1:]
+    return {key: int(value.split()[0]) for key, value in (line.split(":", 1) for line in lines)}
+
+
+def test_with_preload_a_python_program_is_a_fork_that_shares_what_the_supervisor_loaded(
+    tmp_path,
+) -> None:  # type: ignore[no-untyped-def]
+    from tests.live import free_port
+
+    port = free_port()
+    # 48 MiB written by the supervisor before it forks: a fresh interpreter has none of it.
+    (tmp_path / "loaded.py").write_text("BLOB = b'\\x01' * (48 << 20)\n")
+    (tmp_path / "hello.py").write_text(
+        "import loaded\n\n"
+        "def app(environ, start_response):\n"
+        "    start_response('200 OK', [('Content-Type', 'text/plain')])\n"
+        "    return [b'hello %d' % len(loaded.BLOB)]\n"
+    )
+    procfile = _procfile(
+        tmp_path,
+        "web: exec gunicorn --bind 127.0.0.1:$PORT --workers 1 hello:app\n"
+        'shell: echo "pid $$"; exec sleep 60\n',
+    )
+    proc, out = _start(procfile, "--preload", "loaded", port=port, env=VENV_PATH)
+    try:
+        text = wait_for(
+            "gunicorn to answer",
+            lambda: _read_when(out, "Booting worker", "shell.1 | pid"),
+            timeout=30,
+            every=0.05,
+            explain=lambda: out.read_text(),
+        )
+        found = re.search(r"web\.1 started \(pid=(\d+)\) from the preloaded supervisor", text)
+        assert found is not None, text
+        web = int(found.group(1))
+        assert re.search(r"shell\.1 started \(pid=\d+\)$", text, re.M)  # under the shell
+        shell = _pids(text, "shell")
+
+        import httpx
+
+        answer = wait_for(
+            "an answer",
+            lambda: httpx.get(f"http://127.0.0.1:{port}/", timeout=5),
+            timeout=10,
+        )
+        assert answer.text == f"hello {48 << 20}"
+        # The fork's gunicorn master and its worker still share the supervisor's pages.
+        assert _smaps(web)["Shared_Dirty"] > 40 * 1024
+        assert _smaps(shell)["Shared_Dirty"] < 8 * 1024
+        assert Path(f"/proc/{web}/cmdline").read_bytes().startswith(b"gunicorn: master")
+        assert Path(f"/proc/{web}/stat").read_text().rsplit(")", 1)[1].split()[1] == str(proc.pid)
+
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(15)
+        text = out.read_text()
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert proc.returncode == 0
+    assert "web.1 stopped (rc=0)" in text  # gunicorn's own graceful stop
+    assert "Shutting down: Master" in text
+
+
+def test_a_preload_that_fails_is_said_and_every_line_runs_under_the_shell(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    procfile = _procfile(tmp_path, "web: exec gunicorn --version\n")
+    proc, out = _start(procfile, "--preload", "no_such_module", env=VENV_PATH)
+    proc.wait(30)
+    text = out.read_text()
+    assert (
+        "run_procfile: --preload no_such_module failed (ModuleNotFoundError: No module named "
+        "'no_such_module'); each process loads on its own"
+    ) in text
+    assert re.search(r"web\.1 started \(pid=\d+\)$", text, re.M)
+    assert re.search(r"web\.1 +\| gunicorn \(version", text)
+    assert proc.returncode == 1  # a process ended by itself

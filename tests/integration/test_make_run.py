@@ -45,6 +45,8 @@ def make_run(**env: str) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
                 "Procfile",
                 "--port",
                 str(stack.port),
+                "--preload",
+                "config.preload",
             ],
             cwd=ROOT,
             env={**stack.env, "PATH": f"{BIN}:{os.environ['PATH']}", **env},

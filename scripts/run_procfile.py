@@ -361,6 +361,8 @@ def preload(module: str, port: int) -> bool:
         sys.path.insert(0, os.getcwd())  # celery import their applications
     try:
         importlib.import_module(module)
+    except KeyboardInterrupt:
+        raise  # Ctrl-C while loading: nothing to start
     except BaseException as exc:
         print(
             f"run_procfile: --preload {module} failed ({type(exc).__name__}: {exc}); "
@@ -394,7 +396,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ProcfileError) as exc:
         print(f"run_procfile: {exc}", file=sys.stderr)
         return 2
-    preloaded = bool(args.preload) and preload(args.preload, args.port)
+    try:
+        preloaded = bool(args.preload) and preload(args.preload, args.port)
+    except KeyboardInterrupt:
+        print("run_procfile: interrupted while loading; nothing was started", file=sys.stderr)
+        return 130
     supervisor = Supervisor(
         entries, port=args.port, stop_seconds=args.stop_seconds, preloaded=preloaded
     )

@@ -352,3 +352,22 @@ def test_a_preload_that_fails_is_said_and_every_line_runs_under_the_shell(tmp_pa
     assert re.search(r"web\.1 started \(pid=\d+\)$", text, re.M)
     assert re.search(r"web\.1 +\| gunicorn \(version", text)
     assert proc.returncode == 1  # a process ended by itself
+
+
+def test_ctrl_c_while_the_supervisor_loads_starts_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "slow.py").write_text(
+        "import sys, time\nprint('loading', flush=True)\ntime.sleep(30)\n"
+    )
+    procfile = _procfile(tmp_path, "web: exec gunicorn --version\n")
+    proc, out = _start(procfile, "--preload", "slow", env=VENV_PATH)
+    try:
+        wait_for("the load to begin", lambda: "loading" in out.read_text(), timeout=10)
+        os.kill(proc.pid, signal.SIGINT)
+        proc.wait(10)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    text = out.read_text()
+    assert proc.returncode == 130
+    assert "run_procfile: interrupted while loading; nothing was started" in text
+    assert "started" not in text.replace("nothing was started", "")

@@ -186,13 +186,17 @@ TEMPLATES = [
 # --- database ---------------------------------------------------------------------------
 
 DATABASE_URL = env_str("DATABASE_URL")
+# Each thread keeps its connection for this many seconds, the embedded default's too: a new
+# SQLite connection (opening the file, the PRAGMAs, Django's SQL functions registered one by
+# one) cost the web and pool processes a fifth of their CPU when made per request and per
+# leg (docs/benchmarks.md).
+_conn_max_age = env_int("DB_CONN_MAX_AGE", 600, minimum=0)
 if DATABASE_URL:
     _db_url_error = ImproperlyConfigured(
         "DATABASE_URL must be a postgres:// or sqlite:// URL such as "
         "postgres://user:password@host:5432/name or sqlite:///path/to/file.sqlite3, "
         f"not {redact_url(DATABASE_URL)!r}"
     )
-    _conn_max_age = env_int("DB_CONN_MAX_AGE", 600, minimum=0)
     try:
         _db = dj_database_url.parse(DATABASE_URL, conn_max_age=_conn_max_age)
     except Exception:  # dj-database-url raises several types for bad URLs
@@ -230,7 +234,12 @@ if DATABASE_URL:
             _startup.append("-c plan_cache_mode=force_generic_plan")
         _db.setdefault("OPTIONS", {})["options"] = " ".join(_startup)
 else:
-    _db = {"ENGINE": "django.db.backends.sqlite3", "NAME": str(VAR_DIR / "taskdesk.sqlite3")}
+    _db = {
+        "ENGINE": "django.db.backends.sqlite3",
+        "NAME": str(VAR_DIR / "taskdesk.sqlite3"),
+        "CONN_MAX_AGE": _conn_max_age,
+        "CONN_HEALTH_CHECKS": True,
+    }
 
 if _db["ENGINE"] == "django.db.backends.sqlite3":
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so

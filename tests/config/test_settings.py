@@ -149,6 +149,27 @@ def test_it_defaults_to_sqlite_and_the_embedded_broker_with_debug_off(tmp_path) 
     assert "'http://127.0.0.1:8000', 'http://localhost:8000', 'http://[::1]:8000'" in rest
 
 
+@pytest.mark.parametrize(
+    ("env", "expected"),
+    [
+        ({}, "600 True"),  # the embedded default keeps its SQLite connections too
+        ({"DB_CONN_MAX_AGE": "0"}, "0 True"),
+        ({"DATABASE_URL": "sqlite:////tmp/x.sqlite3", "DB_CONN_MAX_AGE": "30"}, "30 True"),
+        ({"DATABASE_URL": "postgres://u@db:5432/t"}, "600 True"),
+    ],
+)
+def test_each_thread_keeps_its_database_connection_for_db_conn_max_age(  # type: ignore[no-untyped-def]
+    tmp_path, env, expected
+) -> None:
+    code = (
+        "from django.conf import settings as s; d = s.DATABASES['default']; "
+        "print(d['CONN_MAX_AGE'], d['CONN_HEALTH_CHECKS'])"
+    )
+    result = run_django(code, env, tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == expected
+
+
 @pytest.mark.parametrize(("value", "expected"), [("", "False"), ("1", "True"), ("off", "False")])
 def test_strict_routing_headers_is_off_unless_set(tmp_path, value, expected) -> None:  # type: ignore[no-untyped-def]
     code = "from django.conf import settings as s; print(s.TASKDESK_STRICT_ROUTING_HEADERS)"

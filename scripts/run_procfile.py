@@ -240,7 +240,7 @@ class Supervisor:
         return Forked(pid, os.fdopen(read_end, "rb", buffering=0))
 
     def _become(self, argv: list[str], entry: Callable[[], object], out: int) -> None:
-        status: object = 1
+        status = 1
         try:
             os.setsid()
             if sys.platform == "linux":
@@ -263,9 +263,9 @@ class Supervisor:
             sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
             sys.argv = list(argv)
             _set_title(" ".join(argv))
-            status = entry()
+            status = _exit_status(entry())  # as its console script's sys.exit(main())
         except SystemExit as stop:
-            status = stop.code
+            status = _exit_status(stop.code)
         except BaseException:
             traceback.print_exc()
         finally:
@@ -273,7 +273,7 @@ class Supervisor:
                 sys.stdout.flush()
                 sys.stderr.flush()
             # Never back into the supervisor's code, nor its exit handlers.
-            os._exit(status if isinstance(status, int) else 0 if status is None else 1)
+            os._exit(status)
 
     def _on_signal(self, signum: int, _frame: FrameType | None) -> None:
         self.signals.append(signum)
@@ -332,6 +332,17 @@ class Supervisor:
             for key, _ in self.selector.select(timeout=0.1):
                 self._read(key.data)
         return 1 if self.ended_by_itself is not None else 0
+
+
+def _exit_status(code: object) -> int:
+    """The status ``sys.exit(CODE)`` ends an interpreter with, saying CODE on stderr when it is
+    a message (gunicorn's "cannot listen on ...", a setting's one-line error)."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr, flush=True)
+    return 1
 
 
 def child_environment(port: int) -> dict[str, str]:

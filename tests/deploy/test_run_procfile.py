@@ -4,17 +4,20 @@ live stack under it is in tests/integration/test_make_run.py."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
+import httpx
 import pytest
 
-from tests.live import ROOT, wait_for
+from tests.live import ROOT, free_port, wait_for
 
 SCRIPT = ROOT / "scripts" / "run_procfile.py"
 
@@ -25,9 +28,12 @@ def _procfile(tmp_path: Path, text: str) -> Path:
     return path
 
 
-def _start(
+@contextlib.contextmanager
+def _supervisor(
     procfile: Path, *args: str, port: int = 8123, env: dict[str, str] | None = None
-) -> tuple[subprocess.Popen[bytes], Path]:
+) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The supervisor on PROCFILE (in a session of its own, its output in a file), and
+    whatever is left of it killed when the block ends."""
     out = procfile.parent / "out.log"
     with open(out, "wb") as log:
         proc = subprocess.Popen(
@@ -38,7 +44,11 @@ def _start(
             stderr=subprocess.STDOUT,
             start_new_session=True,
         )
-    return proc, out
+    try:
+        yield proc, out
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def _module():  # type: ignore[no-untyped-def]
@@ -117,8 +127,7 @@ def test_output_is_relayed_by_name_and_sigterm_reaches_each_leader_only(tmp_path
         "two: echo \"pid $$\"; trap 'echo two got TERM; exit 0' TERM; "
         "while :; do sleep 0.1; done\n",
     )
-    proc, out = _start(procfile)
-    try:
+    with _supervisor(procfile) as (proc, out):
         text = wait_for(
             "both processes to start",
             lambda: _read_when(out, "two.1  | pid", "one.1  | child"),
@@ -134,9 +143,6 @@ def test_output_is_relayed_by_name_and_sigterm_reaches_each_leader_only(tmp_path
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(10)
         text = out.read_text()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0
     assert "system | SIGTERM received: sending SIGTERM to one.1, two.1" in text
     assert "one.1  | leader got TERM" in text
@@ -155,12 +161,8 @@ def test_a_process_that_ends_by_itself_stops_the_others_and_the_exit_status_says
         "steady: trap 'exit 0' TERM; while :; do sleep 0.1; done\n"
         "short: sleep 0.5; echo going; exit 3\n",
     )
-    proc, out = _start(procfile)
-    try:
+    with _supervisor(procfile) as (proc, out):
         proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = out.read_text()
     assert proc.returncode == 1
     assert "short.1  | going" in text
@@ -173,16 +175,12 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_stop_time(tmp_path) 
     procfile = _procfile(
         tmp_path, 'stubborn: trap "" TERM; echo "pid $$"; while :; do sleep 0.1; done\n'
     )
-    proc, out = _start(procfile, "--stop-seconds", "0.5")
-    try:
+    with _supervisor(procfile, "--stop-seconds", "0.5") as (proc, out):
         wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
         started = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(10)
         took = time.monotonic() - started
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = out.read_text()
     assert proc.returncode == 0  # a requested stop
     assert "still running after 0.5 s: sending SIGKILL" in text
@@ -193,24 +191,19 @@ def test_a_process_that_ignores_sigterm_is_killed_after_the_stop_time(tmp_path) 
 
 def test_a_killed_supervisor_takes_its_processes_with_it(tmp_path) -> None:  # type: ignore[no-untyped-def]
     procfile = _procfile(tmp_path, 'lone: echo "pid $$"; exec sleep 60\n')
-    proc, out = _start(procfile)
-    try:
+    with _supervisor(procfile) as (proc, out):
         wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
         pid = _pids(out.read_text(), "lone")
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(5)
         wait_for("the process to get SIGTERM", lambda: not _alive(pid), timeout=5, every=0.05)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
 
 
 def test_a_second_ctrl_c_kills_at_once(tmp_path) -> None:  # type: ignore[no-untyped-def]
     procfile = _procfile(
         tmp_path, 'stubborn: trap "" TERM; echo "pid $$"; while :; do sleep 0.1; done\n'
     )
-    proc, out = _start(procfile)  # the default stop time, 10 s
-    try:
+    with _supervisor(procfile) as (proc, out):  # the default stop time, 10 s
         wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
         started = time.monotonic()
         os.kill(proc.pid, signal.SIGINT)
@@ -218,9 +211,6 @@ def test_a_second_ctrl_c_kills_at_once(tmp_path) -> None:  # type: ignore[no-unt
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(10)
         took = time.monotonic() - started
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = out.read_text()
     assert "a second interrupt: sending SIGKILL" in text
     assert "stubborn.1 stopped (rc=-9)" in text
@@ -233,14 +223,10 @@ def test_sighup_stops_the_processes_like_sigterm(tmp_path) -> None:  # type: ign
         tmp_path,
         "calm: echo \"pid $$\"; trap 'echo got TERM; exit 0' TERM; while :; do sleep 0.1; done\n",
     )
-    proc, out = _start(procfile)
-    try:
+    with _supervisor(procfile) as (proc, out):
         wait_for("it to start", lambda: "| pid" in out.read_text(), timeout=10, every=0.05)
         os.kill(proc.pid, signal.SIGHUP)  # the terminal went away
         proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = out.read_text()
     assert proc.returncode == 0
     assert "SIGHUP received: sending SIGTERM to calm.1" in text
@@ -284,8 +270,6 @@ def _smaps(pid: int) -> dict[str, int]:
 def test_with_preload_a_python_program_is_a_fork_that_shares_what_the_supervisor_loaded(
     tmp_path,
 ) -> None:  # type: ignore[no-untyped-def]
-    from tests.live import free_port
-
     port = free_port()
     # 48 MiB written by the supervisor before it forks: a fresh interpreter has none of it.
     (tmp_path / "loaded.py").write_text("BLOB = b'\\x01' * (48 << 20)\n")
@@ -300,8 +284,7 @@ def test_with_preload_a_python_program_is_a_fork_that_shares_what_the_supervisor
         "web: exec gunicorn --bind 127.0.0.1:$PORT --workers 1 hello:app\n"
         'shell: echo "pid $$"; exec sleep 60\n',
     )
-    proc, out = _start(procfile, "--preload", "loaded", port=port, env=VENV_PATH)
-    try:
+    with _supervisor(procfile, "--preload", "loaded", port=port, env=VENV_PATH) as (proc, out):
         text = wait_for(
             "gunicorn to answer",
             lambda: _read_when(out, "Booting worker", "shell.1 | pid"),
@@ -314,8 +297,6 @@ def test_with_preload_a_python_program_is_a_fork_that_shares_what_the_supervisor
         web = int(found.group(1))
         assert re.search(r"shell\.1 started \(pid=\d+\)$", text, re.M)  # under the shell
         shell = _pids(text, "shell")
-
-        import httpx
 
         answer = wait_for(
             "an answer",
@@ -332,9 +313,6 @@ def test_with_preload_a_python_program_is_a_fork_that_shares_what_the_supervisor
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(15)
         text = out.read_text()
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     assert proc.returncode == 0
     assert "web.1 stopped (rc=0)" in text  # gunicorn's own graceful stop
     assert "Shutting down: Master" in text
@@ -342,8 +320,8 @@ def test_with_preload_a_python_program_is_a_fork_that_shares_what_the_supervisor
 
 def test_a_preload_that_fails_is_said_and_every_line_runs_under_the_shell(tmp_path) -> None:  # type: ignore[no-untyped-def]
     procfile = _procfile(tmp_path, "web: exec gunicorn --version\n")
-    proc, out = _start(procfile, "--preload", "no_such_module", env=VENV_PATH)
-    proc.wait(30)
+    with _supervisor(procfile, "--preload", "no_such_module", env=VENV_PATH) as (proc, out):
+        proc.wait(30)
     text = out.read_text()
     assert (
         "run_procfile: --preload no_such_module failed (ModuleNotFoundError: No module named "
@@ -355,19 +333,30 @@ def test_a_preload_that_fails_is_said_and_every_line_runs_under_the_shell(tmp_pa
 
 
 def test_ctrl_c_while_the_supervisor_loads_starts_nothing(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    (tmp_path / "slow.py").write_text(
-        "import sys, time\nprint('loading', flush=True)\ntime.sleep(30)\n"
-    )
+    (tmp_path / "slow.py").write_text("import time\nprint('loading', flush=True)\ntime.sleep(30)\n")
     procfile = _procfile(tmp_path, "web: exec gunicorn --version\n")
-    proc, out = _start(procfile, "--preload", "slow", env=VENV_PATH)
-    try:
+    with _supervisor(procfile, "--preload", "slow", env=VENV_PATH) as (proc, out):
         wait_for("the load to begin", lambda: "loading" in out.read_text(), timeout=10)
         os.kill(proc.pid, signal.SIGINT)
         proc.wait(10)
-    finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
     text = out.read_text()
     assert proc.returncode == 130
     assert "run_procfile: interrupted while loading; nothing was started" in text
     assert "started" not in text.replace("nothing was started", "")
+
+
+def test_a_forked_program_that_exits_with_a_message_has_it_relayed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    # As the web's own configuration ends gunicorn on a busy port (config/gunicorn.conf.py).
+    (tmp_path / "loaded.py").write_text("")
+    (tmp_path / "conf.py").write_text(
+        "def on_starting(server):\n"
+        "    raise SystemExit('web: cannot listen on 127.0.0.1:1: Address already in use')\n"
+    )
+    procfile = _procfile(tmp_path, "web: exec gunicorn -c conf.py loaded:app\n")
+    with _supervisor(procfile, "--preload", "loaded", env=VENV_PATH) as (proc, out):
+        proc.wait(30)
+    text = out.read_text()
+    assert "web.1 started" in text and "from the preloaded supervisor" in text
+    assert "web.1  | web: cannot listen on 127.0.0.1:1: Address already in use" in text
+    assert "web.1 stopped (rc=1)" in text
+    assert proc.returncode == 1

@@ -556,7 +556,7 @@ def _alternately(
             f"end to end {e2e['tasks_per_s']:.0f} tasks/s")  # fmt: skip
     claims = _manage(env, "shell", "-c", "from tasks_app.models import OutboxMessage; "
                      "sent = OutboxMessage.objects.filter(delivered_at__isnull=False); "
-                     "print(sent.count(), sent.values('due_at').distinct().count())")  # fmt: skip
+                     "print(sent.count(), sent.values('delivered_at').distinct().count())")  # fmt: skip
     sent, taken = (int(n) for n in claims.strip().splitlines()[-1].split())
     return {"figures": figures, "delivered": receiver.received(), "per_claim": sent / max(taken, 1)}
 

@@ -6,28 +6,30 @@ unknown (``tasks_app.runtime.effects``) call ``write_for_task`` inside their tra
 message per enabled webhook endpoint of the task's client subscribed to the event. A question
 that waits for operators writes its messages to people (``write_to``, channels email and
 chat) in the transaction that opens it (``elicitations.notices``). No row is written, and one
-indexed look is the whole cost, for a client without endpoints. Senders (``tasks_app.webhooks``
-for the webhook channel, ``elicitations.sending`` for the others) take due messages with
-``claim`` (the webhook sender has their bodies built and kept as it takes them; the
-others fix a message's body at its first attempt with ``fix_body``), record attempts with
-``record`` (which delivers those that succeeded), and ``retry_at`` or ``give_up`` the others;
-a message is sent at least once.
+indexed look is the whole cost, for a client without endpoints.
 
-Claiming moves a message's ``due_at`` past a lease: a sender killed in the middle of a
-delivery leaves the message to be taken again once the lease has passed (with the same
-``message_id``, so the receiver can tell a repeat).
+Senders (``tasks_app.webhooks`` for the webhook channel, ``elicitations.sending`` for the
+others) ``choose`` due messages and take them: the webhook sender holds them for the block
+of ``holding`` (on PostgreSQL by row locks in the transaction its attempts are recorded in,
+so a sender killed in the middle of a delivery releases them at once); the others ``claim``
+them with a lease that moves ``due_at`` past it (taken again once it has passed). Either
+way the message is sent again with the same ``message_id``, so the receiver can tell a
+repeat. Attempts are recorded with ``record`` (which delivers those that succeeded and keeps
+the body an attempt sent, so every later delivery sends the same bytes), then ``retry_at``
+or ``give_up``; a message is sent at least once.
 """
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F, ForeignKey
+from django.db.models import F, ForeignKey, QuerySet, Value
+from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from tasks_app.models import (
@@ -125,94 +127,102 @@ def write_to(
 _ENDPOINT = OutboxMessage._meta.get_field("endpoint")
 assert isinstance(_ENDPOINT, ForeignKey)
 
-# How many of the oldest due messages a claim with a per-endpoint cap looks at, in batches.
+# How many of the oldest due messages a choice with a per-endpoint cap looks at, in batches.
 _LOOK = 5
 
 
-def claim(
+def choose(
     channel: str,
     *,
     limit: int,
-    lease_seconds: float,
     per_endpoint: int | None = None,
     skip_endpoints: Collection[int] = (),
-    build_bodies: Callable[[list[OutboxMessage]], Mapping[int, str]] | None = None,
-) -> list[OutboxMessage]:
-    """Take up to LIMIT due messages of CHANNEL, oldest due first, for LEASE_SECONDS: they are
-    not due again before then (a sender that dies leaves them to the next). With
-    PER_ENDPOINT, at most that many of one endpoint, so one endpoint's backlog cannot fill the
-    batch; messages of SKIP_ENDPOINTS (those being sent to at the moment) are left. Messages
-    another sender is taking at this moment are skipped (PostgreSQL).
+) -> dict[int | None, list[int]]:
+    """Up to LIMIT of the oldest due messages of CHANNEL, by endpoint (endpoint id -> message
+    ids, oldest due first), taken by nobody yet: what a sender then takes (``claim``,
+    ``holding``). With PER_ENDPOINT, at most that many of one endpoint, so one endpoint's
+    backlog cannot fill the batch; messages of SKIP_ENDPOINTS (those being sent to at the
+    moment) are left.
 
-    BUILD_BODIES, given the taken messages that have no body yet, returns the body each is to
-    be sent with (message id -> body; one it leaves out stays without): the bodies are kept
-    by the statement that takes the messages, so every delivery of a message sends the same
-    bytes, for no write of their own.
-
-    The cost does not grow with the backlog: the claim reads at most ``_LOOK`` batches of the
-    oldest due messages, keeps the batch it may take from them, and locks only that batch (a
-    ranking of every due message per endpoint took 27 s a claim at 21,000 due)."""
-    now = timezone.now()
-    due = OutboxMessage.objects.filter(
-        channel=channel, delivered_at__isnull=True, gave_up_at__isnull=True, due_at__lte=now
-    )
+    The cost does not grow with the backlog: it reads at most ``_LOOK`` batches of the oldest
+    due messages and keeps the batch it may take from them (a ranking of every due message
+    per endpoint took 27 s a claim at 21,000 due)."""
     look = limit if per_endpoint is None else limit * _LOOK
     oldest = (
-        due.exclude(endpoint_id__in=list(skip_endpoints))
+        _due(channel, timezone.now())
+        .exclude(endpoint_id__in=list(skip_endpoints))
         .order_by("due_at")
         .values_list("pk", "endpoint_id")[:look]
     )
-    chosen: list[int] = []
-    of_endpoint: Counter[int | None] = Counter()
+    chosen: dict[int | None, list[int]] = {}
+    count = 0
     for pk, endpoint_id in oldest:
-        if per_endpoint is not None and of_endpoint[endpoint_id] >= per_endpoint:
+        of_endpoint = chosen.setdefault(endpoint_id, [])
+        if per_endpoint is not None and len(of_endpoint) >= per_endpoint:
             continue
-        of_endpoint[endpoint_id] += 1
-        chosen.append(pk)
-        if len(chosen) == limit:
+        of_endpoint.append(pk)
+        count += 1
+        if count == limit:
             break
-    if not chosen:
-        return []
-    until = now + timedelta(seconds=lease_seconds)
-    with transaction.atomic():
-        # Still due, and not being taken by another sender (taken ones are due later now).
-        taken = list(
-            due.filter(pk__in=chosen).select_for_update(skip_locked=True).order_by("due_at", "pk")
-        )
-        if not taken:
-            return []
-        # Their endpoints, one instance each (a join made one for every message); None for
-        # one that is gone.
-        endpoints = WebhookEndpoint.objects.in_bulk({m.endpoint_id for m in taken} - {None})
-        for message in taken:
-            _ENDPOINT.set_cached_value(message, endpoints.get(message.endpoint_id))
-        unbuilt = [m for m in taken if m.body is None]
-        bodies = build_bodies(unbuilt) if build_bodies and unbuilt else {}
-        _lease([m.pk for m in taken], until, bodies)
+    return {endpoint: ids for endpoint, ids in chosen.items() if ids}
+
+
+def _due(channel: str, now: datetime) -> QuerySet[OutboxMessage]:
+    return OutboxMessage.objects.filter(
+        channel=channel, delivered_at__isnull=True, gave_up_at__isnull=True, due_at__lte=now
+    )
+
+
+def _lock(channel: str, ids: Collection[int]) -> list[OutboxMessage]:
+    """In the caller's transaction: the messages of IDS still due, oldest due first, locked
+    (on PostgreSQL; those another sender holds are skipped), each with its endpoint (one
+    instance each; None for one that is gone)."""
+    due = _due(channel, timezone.now()).filter(pk__in=list(ids))
+    taken = list(due.select_for_update(skip_locked=True).order_by("due_at", "pk"))
+    endpoints = WebhookEndpoint.objects.in_bulk({m.endpoint_id for m in taken} - {None})
     for message in taken:
-        message.due_at = until
-        if message.body is None:
-            message.body = bodies.get(message.pk)
+        _ENDPOINT.set_cached_value(message, endpoints.get(message.endpoint_id))
     return taken
 
 
-def _lease(ids: list[int], until: datetime, bodies: Mapping[int, str]) -> None:
-    """Make the messages IDS due at UNTIL, and keep BODIES (message id -> body) as the bodies
-    of those that have none: one statement. Written out because the ORM's ``Case`` of a
-    batch's fifty bodies, a ``When(pk=...)`` each, cost more to build than the whole claim
-    took to run."""
-    connection = connections[OutboxMessage.objects.db]
-    quote = connection.ops.quote_name
-    pk, due_at, body = (quote(column) for column in ("id", "due_at", "body"))
-    params: list[Any] = [connection.ops.adapt_datetimefield_value(until)]
-    sql = f"UPDATE {quote(OutboxMessage._meta.db_table)} SET {due_at} = %s"
-    if bodies:
-        cases = " ".join("WHEN %s THEN %s" for _ in bodies)
-        sql += f", {body} = COALESCE({body}, CASE {pk} {cases} END)"
-        params += [value for item in bodies.items() for value in item]
-    sql += f" WHERE {pk} IN ({', '.join(['%s'] * len(ids))})"
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [*params, *ids])
+def claim(channel: str, *, limit: int, lease_seconds: float) -> list[OutboxMessage]:
+    """Take up to LIMIT due messages of CHANNEL (``choose``) for LEASE_SECONDS: they are not
+    due again before then (a sender that dies leaves them to the next). Messages another
+    sender is taking at this moment are skipped (PostgreSQL)."""
+    ids = [pk for chosen in choose(channel, limit=limit).values() for pk in chosen]
+    if not ids:
+        return []
+    until = timezone.now() + timedelta(seconds=lease_seconds)
+    with transaction.atomic():
+        taken = _lock(channel, ids)
+        OutboxMessage.objects.filter(pk__in=[m.pk for m in taken]).update(due_at=until)
+    for message in taken:
+        message.due_at = until
+    return taken
+
+
+@contextmanager
+def holding(
+    channel: str, ids: Collection[int], *, lease_seconds: float
+) -> Iterator[list[OutboxMessage]]:
+    """The messages of IDS still due (``choose``), held by this sender for the block, in
+    which their attempts are recorded (``record``, ``retry_at``, ``give_up``).
+
+    On PostgreSQL they are held by row locks in a transaction that the block runs in:
+    another sender skips them, a sender that dies releases them as its connection closes
+    (due again at once), and what the block records is committed when it ends (a message it
+    did not record stays due). Holding them costs no write: a lease was a whole new version
+    of each row. Elsewhere (SQLite, where a transaction holds the one write lock) they are
+    leased for LEASE_SECONDS, as ``claim`` does, and each record is its own transaction."""
+    if connections[OutboxMessage.objects.db].features.has_select_for_update_skip_locked:
+        with transaction.atomic():
+            yield _lock(channel, ids)
+        return
+    until = timezone.now() + timedelta(seconds=lease_seconds)
+    with transaction.atomic():
+        taken = _lock(channel, ids)
+        OutboxMessage.objects.filter(pk__in=[m.pk for m in taken]).update(due_at=until)
+    yield taken
 
 
 def release(messages: Iterable[OutboxMessage]) -> None:
@@ -237,7 +247,8 @@ def fix_body(message: OutboxMessage, body: str) -> str:
 
 @dataclass(frozen=True)
 class Attempt:
-    """One attempt at a message, as it is recorded (``record``)."""
+    """One attempt at a message, as it is recorded (``record``). BODY: the body it sent, to
+    be kept as the message's (None when it is kept already)."""
 
     message: OutboxMessage
     started_at: datetime
@@ -245,15 +256,18 @@ class Attempt:
     latency_ms: int
     ok: bool
     error: str = ""
+    body: str | None = None
 
 
 def record(attempts: Sequence[Attempt], *, now: datetime) -> None:
-    """In one transaction: a ``DeliveryAttempt`` row for each of ATTEMPTS (each of another
-    message), each message's attempt count and last error, and the messages of the attempts
-    that succeeded delivered at NOW. A batch that succeeded is two statements."""
+    """In one transaction (the caller's, if it is in one): a ``DeliveryAttempt`` row for
+    each of ATTEMPTS (each of another message), each message's attempt count, last error and
+    body (the attempt's, where it has none yet: every later delivery sends the same bytes),
+    and the messages of the attempts that succeeded delivered at NOW. A batch that succeeded
+    is two statements."""
     if not attempts:
         return
-    with transaction.atomic():
+    with transaction.atomic(savepoint=False):
         DeliveryAttempt.objects.bulk_create(
             DeliveryAttempt(
                 message=a.message,
@@ -265,15 +279,42 @@ def record(attempts: Sequence[Attempt], *, now: datetime) -> None:
             )
             for a in attempts
         )
-        succeeded = [a.message.pk for a in attempts if a.ok]
+        succeeded = [a for a in attempts if a.ok]
         if succeeded:
-            OutboxMessage.objects.filter(pk__in=succeeded).update(
-                attempts=F("attempts") + 1, last_error="", delivered_at=now
-            )
+            _delivered(succeeded, now)
         for failed in (a for a in attempts if not a.ok):
-            OutboxMessage.objects.filter(pk=failed.message.pk).update(
-                attempts=F("attempts") + 1, last_error=failed.error[:500]
-            )
+            changes: dict[str, Any] = {
+                "attempts": F("attempts") + 1,
+                "last_error": failed.error[:500],
+            }
+            if failed.body is not None:
+                changes["body"] = Coalesce(F("body"), Value(failed.body))
+            OutboxMessage.objects.filter(pk=failed.message.pk).update(**changes)
+    for a in attempts:
+        if a.body is not None and a.message.body is None:
+            a.message.body = a.body
+
+
+def _delivered(attempts: list[Attempt], now: datetime) -> None:
+    """The messages of ATTEMPTS delivered at NOW, with the bodies they sent kept where they
+    have none: one statement. Written out because the ORM's ``Case`` of a batch's fifty
+    bodies, a ``When(pk=...)`` each, cost more to build than the whole claim took to run."""
+    connection = connections[OutboxMessage.objects.db]
+    quote = connection.ops.quote_name
+    pk, body = quote("id"), quote("body")
+    bodies = [(a.message.pk, a.body) for a in attempts if a.body is not None]
+    params: list[Any] = [connection.ops.adapt_datetimefield_value(now)]
+    sql = (
+        f"UPDATE {quote(OutboxMessage._meta.db_table)} SET {quote('delivered_at')} = %s, "
+        f"{quote('attempts')} = {quote('attempts')} + 1, {quote('last_error')} = ''"
+    )
+    if bodies:
+        cases = " ".join("WHEN %s THEN %s" for _ in bodies)
+        sql += f", {body} = COALESCE({body}, CASE {pk} {cases} END)"
+        params += [value for item in bodies for value in item]
+    sql += f" WHERE {pk} IN ({', '.join(['%s'] * len(attempts))})"
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [*params, *(a.message.pk for a in attempts)])
 
 
 def retry_at(message: OutboxMessage, when: datetime) -> None:

@@ -521,35 +521,52 @@ def body_of(message: OutboxMessage, data: dict[str, Any]) -> str:
 
 
 def _bodies(messages: list[OutboxMessage]) -> dict[int, str]:
-    """The body of each of MESSAGES (being taken without one, ``outbox.claim``): its task as
-    ``tasks/get`` returns it, from one read of their tasks. A message whose task is gone
-    (purged meanwhile) gets none."""
+    """The body of each of MESSAGES (taken without one): its task as ``tasks/get`` returns
+    it, from one read of their tasks. A message whose task is gone (purged meanwhile) gets
+    none."""
+    if not messages:
+        return {}
     tasks = reads.tasks_by_id({m.task_id for m in messages if m.task_id is not None})
     return {m.pk: body_of(m, data_of(m, tasks[m.task_id])) for m in messages if m.task_id in tasks}
 
 
-def _sendable(messages: list[OutboxMessage], now: datetime) -> list[OutboxMessage]:
-    """MESSAGES (taken with ``outbox.claim``, of one endpoint, with their bodies) that may be
-    sent; the others are given up."""
+def _sendable(
+    messages: list[OutboxMessage], built: dict[int, str], now: datetime
+) -> list[OutboxMessage]:
+    """MESSAGES (taken, of one endpoint; BUILT: the bodies made for those without one) that
+    may be sent; the others are given up."""
     endpoint = messages[0].endpoint
     if endpoint is None or not endpoint.enabled:
         for message in messages:
             outbox.give_up(message, reason="the endpoint is disabled or gone", now=now)
         return []
     for message in messages:
-        if message.body is None:  # its task was purged meanwhile (its messages go with it)
+        if message.body is None and message.pk not in built:  # its task was purged meanwhile
             outbox.give_up(message, reason="the task is gone", now=now)
-    return [m for m in messages if m.body is not None]
+    return [m for m in messages if m.body is not None or m.pk in built]
+
+
+def _send_batch(ids: list[int], lease: float) -> int:
+    """Take the messages of IDS (one endpoint's, ``outbox.choose``) that are still due and
+    send them in turn (``_send_in_turn``), holding them for at most LEASE seconds; return
+    how many were delivered."""
+    held_until = time.monotonic() + lease
+    with outbox.holding(Channel.WEBHOOK, ids, lease_seconds=lease) as messages:
+        if not messages:
+            return 0
+        return _send_in_turn(messages, held_until)
 
 
 def _send_in_turn(messages: list[OutboxMessage], held_until: float) -> int:
-    """Send one endpoint's MESSAGES one after the other over one connection while the lease
-    holds; return how many were delivered. Attempts are recorded together at the end (a
-    failed one at once, with those before it), so a batch that succeeds costs the same
-    statements whatever its size."""
+    """Send one endpoint's MESSAGES (held by this sender) one after the other over one
+    connection while they are held; return how many were delivered. A message without a
+    body gets its task as it is now, and keeps that body with its first attempt. Attempts
+    are recorded together at the end (a failed one at once, with those before it), so a
+    batch that succeeds costs the same statements whatever its size."""
     attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
     sent = 0
-    sendable = _sendable(messages, timezone.now())
+    built = _bodies([m for m in messages if m.body is None])
+    sendable = _sendable(messages, built, timezone.now())
     if not sendable:
         return 0
     endpoint = sendable[0].endpoint
@@ -560,12 +577,12 @@ def _send_in_turn(messages: list[OutboxMessage], held_until: float) -> int:
             if time.monotonic() + attempt > held_until:
                 outbox.release(sendable[index:])  # a slow endpoint: for the next claim
                 break
-            assert message.body is not None
+            body = message.body or built[message.pk]
             now = timezone.now()
-            answer = connection.post(message.body, signed_headers(
-                endpoint.secret, message.message_id, message.body, now))  # fmt: skip
+            answer = connection.post(body, signed_headers(
+                endpoint.secret, message.message_id, body, now))  # fmt: skip
             tried = outbox.Attempt(message, now, answer.status_code, answer.latency_ms,
-                                   answer.ok, answer.error)  # fmt: skip
+                                   answer.ok, answer.error, built.get(message.pk))  # fmt: skip
             if answer.ok:
                 succeeded.append(tried)
                 continue
@@ -732,24 +749,18 @@ def deliver_due(*, seconds: float) -> int:
             now = time.monotonic()
             may_claim = len(sending) < threads and now < deadline
             if may_claim and now >= next_claim:
-                lease = lease_seconds()
-                taken = outbox.claim(
+                chosen = outbox.choose(
                     Channel.WEBHOOK,
                     limit=_BATCH,
                     per_endpoint=_PER_ENDPOINT,
                     skip_endpoints=[e for e, _ in sending.values() if e is not None],
-                    lease_seconds=lease,
-                    build_bodies=_bodies,
                 )
-                held_until = time.monotonic() + lease
-                by_endpoint: dict[int | None, list[OutboxMessage]] = {}
-                for message in taken:
-                    by_endpoint.setdefault(message.endpoint_id, []).append(message)
-                for endpoint_id, messages in by_endpoint.items():
-                    job = pool.submit(_send_in_turn, messages, held_until)
-                    sending[job] = (endpoint_id, len(messages) == _PER_ENDPOINT)
+                for endpoint_id, ids in chosen.items():
+                    job = pool.submit(_send_batch, ids, lease_seconds())
+                    sending[job] = (endpoint_id, len(ids) == _PER_ENDPOINT)
+                taken = [pk for ids in chosen.values() for pk in ids]
                 if len(taken) == _BATCH or any(
-                    len(messages) == _PER_ENDPOINT for messages in by_endpoint.values()
+                    len(ids) == _PER_ENDPOINT for ids in chosen.values()
                 ):
                     continue  # more may be due: claim again while threads are free
                 found_none = not taken and not sending

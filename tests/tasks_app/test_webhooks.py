@@ -293,20 +293,19 @@ def test_a_connection_that_cannot_be_kept_is_made_again_for_the_next_message(
         receiver.close()
 
 
-def test_what_a_batchs_lease_would_not_hold_is_due_again_at_once(alice, receiver) -> None:  # type: ignore[no-untyped-def]
+def test_what_a_batchs_hold_would_not_cover_is_due_again_at_once(alice, receiver) -> None:  # type: ignore[no-untyped-def]
     _endpoint(alice, receiver, ["task.completed"])
     _completed(alice, 3)
-    taken = outbox.claim("webhook", limit=10, lease_seconds=600, build_bodies=webhooks._bodies)
-    assert all(m.due_at > timezone.now() for m in OutboxMessage.objects.all())
-    # A lease that ends before another attempt could: nothing is sent, and the messages
-    # wait for the next claim, not for the lease.
-    assert webhooks._send_in_turn(taken, held_until=time.monotonic()) == 0
+    [ids] = outbox.choose("webhook", limit=10).values()
+    with outbox.holding("webhook", ids, lease_seconds=600) as taken:
+        assert len(taken) == 3
+        # A hold that ends before another attempt could: nothing is sent, and the messages
+        # wait for the next sender, not for the hold.
+        assert webhooks._send_in_turn(taken, held_until=time.monotonic()) == 0
     assert receiver.deliveries == []
     assert all(m.due_at <= timezone.now() for m in OutboxMessage.objects.all())
-    assert (
-        len(outbox.claim("webhook", limit=10, lease_seconds=600, build_bodies=webhooks._bodies))
-        == 3
-    )
+    assert OutboxMessage.objects.filter(body__isnull=True).count() == 3  # nothing was sent
+    assert [len(ids) for ids in outbox.choose("webhook", limit=10).values()] == [3]
 
 
 def test_a_failure_in_a_batch_is_retried_alone_and_the_endpoint_is_not_failing_after_a_success(
@@ -389,33 +388,30 @@ def test_backoff_doubles_with_jitter(settings) -> None:  # type: ignore[no-untyp
         assert len(set(waits)) > 1
 
 
-def test_a_claim_takes_a_few_messages_per_endpoint(alice, bob, receiver) -> None:  # type: ignore[no-untyped-def]
+def test_a_choice_takes_a_few_messages_per_endpoint(alice, bob, receiver) -> None:  # type: ignore[no-untyped-def]
     a, b = _endpoint(alice, receiver), _endpoint(bob, receiver)
     _completed(alice, 30)
     _completed(bob, 1)
-    taken = outbox.claim("webhook", limit=20, per_endpoint=5, lease_seconds=60)
-    assert sorted(m.endpoint_id for m in taken) == [a.pk] * 5 + [b.pk]
-    # those taken are leased; an endpoint being sent to is left alone
-    again = outbox.claim(
-        "webhook", limit=20, per_endpoint=5, lease_seconds=60, skip_endpoints=[b.pk]
-    )
-    assert [m.endpoint_id for m in again] == [a.pk] * 5
-    assert not {m.pk for m in again} & {m.pk for m in taken}
+    chosen = outbox.choose("webhook", limit=20, per_endpoint=5)
+    assert {endpoint: len(ids) for endpoint, ids in chosen.items()} == {a.pk: 5, b.pk: 1}
+    oldest = list(OutboxMessage.objects.filter(endpoint=a).order_by("due_at", "pk"))
+    assert chosen[a.pk] == [m.pk for m in oldest[:5]]
+    # an endpoint being sent to is left alone
+    again = outbox.choose("webhook", limit=20, per_endpoint=5, skip_endpoints=[b.pk])
+    assert list(again) == [a.pk]
 
 
-def test_a_claim_looks_at_the_oldest_few_batches_and_leaves_a_later_endpoint_to_the_next(
+def test_a_choice_looks_at_the_oldest_few_batches_and_leaves_a_later_endpoint_to_the_next(
     alice, bob, receiver
 ) -> None:  # type: ignore[no-untyped-def]
     a, b = _endpoint(alice, receiver), _endpoint(bob, receiver)
-    _completed(alice, 120)  # more than a claim of 20 looks at
+    _completed(alice, 120)  # more than a choice of 20 looks at
     _completed(bob, 1)
-    taken = outbox.claim("webhook", limit=20, per_endpoint=5, lease_seconds=60)
-    assert [m.endpoint_id for m in taken] == [a.pk] * 5
-    # The sender claims again at once, leaving the endpoint it is sending to.
-    again = outbox.claim(
-        "webhook", limit=20, per_endpoint=5, lease_seconds=60, skip_endpoints=[a.pk]
-    )
-    assert [m.endpoint_id for m in again] == [b.pk]
+    chosen = outbox.choose("webhook", limit=20, per_endpoint=5)
+    assert {endpoint: len(ids) for endpoint, ids in chosen.items()} == {a.pk: 5}
+    # The sender chooses again at once, leaving the endpoint it is sending to.
+    again = outbox.choose("webhook", limit=20, per_endpoint=5, skip_endpoints=[a.pk])
+    assert {endpoint: len(ids) for endpoint, ids in again.items()} == {b.pk: 1}
 
 
 @pytest.mark.django_db(transaction=True)
@@ -460,8 +456,8 @@ def test_a_slow_endpoint_with_a_backlog_does_not_hold_up_another_clients(  # typ
 @pytest.mark.django_db(transaction=True)
 def test_a_steady_stream_is_claimed_in_batches_that_gather_not_one_by_one(alice, receiver) -> None:  # type: ignore[no-untyped-def]
     """A message every 10 ms while the sender runs (again 50 ms after a run ends): each claim
-    takes what gathered since the last (a batch shares the due_at its claim set), not a
-    message or two, and every message is delivered."""
+    takes what gathered since the last (a batch's messages are delivered together, at one
+    time), not a message or two, and every message is delivered."""
     _endpoint(alice, receiver, ["task.completed"])
     (task,) = _completed(alice, 1)
     stop = threading.Event()
@@ -488,7 +484,7 @@ def test_a_steady_stream_is_claimed_in_batches_that_gather_not_one_by_one(alice,
     written = OutboxMessage.objects.count()
     delivered = OutboxMessage.objects.filter(delivered_at__isnull=False)
     assert delivered.count() == written == len(receiver.deliveries)
-    batches = delivered.values("due_at").distinct().count()
+    batches = delivered.values("delivered_at").distinct().count()
     # A claim at most every 0.25 s while messages keep coming, and the last run's: about
     # seven batches, more only if the writer here was slowed (then four messages a batch).
     assert batches <= max(12, written // 4), f"{written} messages in {batches} claims"
@@ -771,3 +767,43 @@ def test_a_request_that_could_end_a_line_early_is_not_sent(
 ) -> None:
     with pytest.raises(ValueError):
         webhooks._request_bytes(path, headers, b"{}")
+
+
+@pytest.mark.postgres
+@pytest.mark.django_db(transaction=True)
+def test_held_messages_are_skipped_by_another_sender_and_free_again_when_the_holder_stops(
+    alice, receiver
+) -> None:  # type: ignore[no-untyped-def]
+    """On PostgreSQL a sender holds its batch by row locks, not by a lease written to each
+    row: another sender skips it, and a holder that ends without recording an attempt (it
+    failed, or its process died and its connection closed) leaves it due at once."""
+    _endpoint(alice, receiver, ["task.completed"])
+    _completed(alice, 3)
+    [ids] = outbox.choose("webhook", limit=10).values()
+    due_before = set(OutboxMessage.objects.values_list("due_at", flat=True))
+    held, done = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        try:
+            with outbox.holding("webhook", ids, lease_seconds=600) as taken:
+                assert len(taken) == 3
+                held.set()
+                done.wait(10)
+                raise RuntimeError("the sender stops here")
+        except RuntimeError:
+            pass
+        finally:
+            __import__("django.db").db.connections.close_all()
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    try:
+        assert held.wait(10)
+        with outbox.holding("webhook", ids, lease_seconds=600) as taken:
+            assert taken == []
+    finally:
+        done.set()
+        thread.join(10)
+    assert set(OutboxMessage.objects.values_list("due_at", flat=True)) == due_before
+    assert webhooks.deliver_due(seconds=5) == 3
+    assert len(receiver.deliveries) == 3

@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F, ForeignKey, QuerySet, Value
+from django.db.models import F, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -124,9 +124,6 @@ def write_to(
     return len(rows)
 
 
-_ENDPOINT = OutboxMessage._meta.get_field("endpoint")
-assert isinstance(_ENDPOINT, ForeignKey)
-
 # How many of the oldest due messages a choice with a per-endpoint cap looks at, in batches.
 _LOOK = 5
 
@@ -175,14 +172,10 @@ def _due(channel: str, now: datetime) -> QuerySet[OutboxMessage]:
 
 def _lock(channel: str, ids: Collection[int]) -> list[OutboxMessage]:
     """In the caller's transaction: the messages of IDS still due, oldest due first, locked
-    (on PostgreSQL; those another sender holds are skipped), each with its endpoint (one
-    instance each; None for one that is gone)."""
-    due = _due(channel, timezone.now()).filter(pk__in=list(ids))
-    taken = list(due.select_for_update(skip_locked=True).order_by("due_at", "pk"))
-    endpoints = WebhookEndpoint.objects.in_bulk({m.endpoint_id for m in taken} - {None})
-    for message in taken:
-        _ENDPOINT.set_cached_value(message, endpoints.get(message.endpoint_id))
-    return taken
+    (on PostgreSQL; those another sender holds are skipped), each with its endpoint (None
+    for one that is gone) read in the same statement."""
+    due = _due(channel, timezone.now()).filter(pk__in=list(ids)).select_related("endpoint")
+    return list(due.select_for_update(skip_locked=True, of=("self",)).order_by("due_at", "pk"))
 
 
 def claim(channel: str, *, limit: int, lease_seconds: float) -> list[OutboxMessage]:
@@ -268,17 +261,7 @@ def record(attempts: Sequence[Attempt], *, now: datetime) -> None:
     if not attempts:
         return
     with transaction.atomic(savepoint=False):
-        DeliveryAttempt.objects.bulk_create(
-            DeliveryAttempt(
-                message=a.message,
-                started_at=a.started_at,
-                status_code=a.status_code,
-                latency_ms=a.latency_ms,
-                ok=a.ok,
-                error=a.error[:500],
-            )
-            for a in attempts
-        )
+        _attempts_written(attempts)
         succeeded = [a for a in attempts if a.ok]
         if succeeded:
             _delivered(succeeded, now)
@@ -293,6 +276,27 @@ def record(attempts: Sequence[Attempt], *, now: datetime) -> None:
     for a in attempts:
         if a.body is not None and a.message.body is None:
             a.message.body = a.body
+
+
+def _attempts_written(attempts: Sequence[Attempt]) -> None:
+    """A ``DeliveryAttempt`` row for each of ATTEMPTS: one statement, written out because
+    ``bulk_create`` spent more building a batch's fifty model instances and their statement
+    than the database spent running it (a sixth of the sender's CPU per message)."""
+    connection = connections[DeliveryAttempt.objects.db]
+    quote = connection.ops.quote_name
+    columns = ("message_id", "started_at", "status_code", "latency_ms", "ok", "error")
+    row = f"({', '.join(['%s'] * len(columns))})"
+    sql = (
+        f"INSERT INTO {quote(DeliveryAttempt._meta.db_table)} "
+        f"({', '.join(quote(c) for c in columns)}) VALUES {', '.join([row] * len(attempts))}"
+    )
+    adapt = connection.ops.adapt_datetimefield_value
+    params: list[Any] = []
+    for a in attempts:
+        params += (a.message.pk, adapt(a.started_at), a.status_code, a.latency_ms, a.ok,
+                   a.error[:500])  # fmt: skip
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
 
 
 def _delivered(attempts: list[Attempt], now: datetime) -> None:

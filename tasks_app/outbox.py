@@ -28,7 +28,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import connections, transaction
-from django.db.models import F, QuerySet, Value
+from django.db.models import F, ForeignKey, QuerySet, Value
 from django.db.models.functions import Coalesce
 from django.utils import timezone
 
@@ -128,6 +128,10 @@ def write_to(
 _LOOK = 5
 
 
+_ENDPOINT = OutboxMessage._meta.get_field("endpoint")
+assert isinstance(_ENDPOINT, ForeignKey)
+
+
 def choose(
     channel: str,
     *,
@@ -170,12 +174,41 @@ def _due(channel: str, now: datetime) -> QuerySet[OutboxMessage]:
     )
 
 
+# The ids as one array parameter: the statement's text is the same for every batch, so
+# psycopg converts it once (it parses a statement with more than 50 parameters every time).
+_LOCK_POSTGRESQL = """
+    SELECT {columns} FROM tasks_app_outboxmessage
+    WHERE id = ANY(%(ids)s::bigint[]) AND channel = %(channel)s AND delivered_at IS NULL
+        AND gave_up_at IS NULL AND due_at <= %(now)s
+    ORDER BY due_at, id
+    FOR UPDATE SKIP LOCKED
+"""
+
+
+def _postgresql() -> bool:
+    return connections[OutboxMessage.objects.db].vendor == "postgresql"
+
+
 def _lock(channel: str, ids: Collection[int]) -> list[OutboxMessage]:
     """In the caller's transaction: the messages of IDS still due, oldest due first, locked
     (on PostgreSQL; those another sender holds are skipped), each with its endpoint (None
-    for one that is gone) read in the same statement."""
-    due = _due(channel, timezone.now()).filter(pk__in=list(ids)).select_related("endpoint")
-    return list(due.select_for_update(skip_locked=True, of=("self",)).order_by("due_at", "pk"))
+    for one that is gone; one instance each)."""
+    now = timezone.now()
+    if _postgresql():
+        columns = ", ".join(f'"{f.column}"' for f in OutboxMessage._meta.concrete_fields)
+        taken = list(
+            OutboxMessage.objects.raw(
+                _LOCK_POSTGRESQL.format(columns=columns),
+                {"ids": list(ids), "channel": channel, "now": now},
+            )
+        )
+    else:
+        due = _due(channel, now).filter(pk__in=list(ids))
+        taken = list(due.select_for_update(skip_locked=True).order_by("due_at", "pk"))
+    endpoints = WebhookEndpoint.objects.in_bulk({m.endpoint_id for m in taken} - {None})
+    for message in taken:
+        _ENDPOINT.set_cached_value(message, endpoints.get(message.endpoint_id))
+    return taken
 
 
 def claim(channel: str, *, limit: int, lease_seconds: float) -> list[OutboxMessage]:
@@ -306,16 +339,16 @@ def _delivered(attempts: list[Attempt], now: datetime) -> None:
     connection = connections[OutboxMessage.objects.db]
     quote = connection.ops.quote_name
     pk, body = quote("id"), quote("body")
-    bodies = [(a.message.pk, a.body) for a in attempts if a.body is not None]
+    kept = [(a.message.pk, a.body) for a in attempts if a.body is not None]
     params: list[Any] = [connection.ops.adapt_datetimefield_value(now)]
     sql = (
         f"UPDATE {quote(OutboxMessage._meta.db_table)} SET {quote('delivered_at')} = %s, "
         f"{quote('attempts')} = {quote('attempts')} + 1, {quote('last_error')} = ''"
     )
-    if bodies:
-        cases = " ".join("WHEN %s THEN %s" for _ in bodies)
+    if kept:
+        cases = " ".join("WHEN %s THEN %s" for _ in kept)
         sql += f", {body} = COALESCE({body}, CASE {pk} {cases} END)"
-        params += [value for item in bodies for value in item]
+        params += [value for item in kept for value in item]
     sql += f" WHERE {pk} IN ({', '.join(['%s'] * len(attempts))})"
     with connection.cursor() as cursor:
         cursor.execute(sql, [*params, *(a.message.pk for a in attempts)])

@@ -44,7 +44,7 @@ from collections.abc import Callable, Iterable
 from concurrent.futures import FIRST_COMPLETED, Executor, Future, wait
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from functools import cache
+from functools import cache, lru_cache
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -106,8 +106,14 @@ def signed_headers(secret: str, message_id: str, body: str, now: datetime) -> di
     return {
         "webhook-id": message_id,
         "webhook-timestamp": str(int(timestamp.timestamp())),
-        "webhook-signature": Webhook(secret).sign(message_id, timestamp, body),
+        "webhook-signature": _signer(secret).sign(message_id, timestamp, body),
     }
+
+
+@lru_cache(maxsize=256)
+def _signer(secret: str) -> Webhook:
+    # The secret decoded once per endpoint, not once per delivery.
+    return Webhook(secret)
 
 
 # --- where a webhook may go -----------------------------------------------------------------

@@ -272,6 +272,8 @@ class Connection:
 
     def __init__(self, url: str) -> None:
         self._sock: socket.socket | None = None
+        self._idle_since = 0.0  # when the last answer on the socket was read
+        self._reused = False  # whether the last exchange went over a kept-alive socket
         try:
             self._target: Target | None = resolve(url)
             self._refused = ""
@@ -293,8 +295,13 @@ class Connection:
     def _opened(self, target: Target) -> socket.socket:
         """The kept-alive socket to TARGET's checked address, opened again if the receiver
         closed it meanwhile: at most five seconds to connect, then the timeout for each
-        read; over TLS with the target's name in SNI and in the certificate check."""
-        if self._sock is not None and _dropped(self._sock):
+        read; over TLS with the target's name in SNI and in the certificate check. A socket
+        idle for ``_IDLE_CHECK_SECONDS`` is looked at before it is used again (a receiver's
+        idle timeout closes it, or answers nobody's request, 408, before closing); between
+        the deliveries of a batch, a moment apart, that look is not made (a system call
+        each)."""
+        idle = time.monotonic() - self._idle_since
+        if self._sock is not None and idle > _IDLE_CHECK_SECONDS and _dropped(self._sock):
             self.close()  # the receiver closed it (or sent what nobody asked for)
         if self._sock is None:
             seconds = settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS
@@ -334,9 +341,13 @@ class Connection:
         try:
             request = _request_bytes(target.path, sent, body.encode())
             # Inside the try: an unreadable TASKDESK_WEBHOOK_CA_FILE is this attempt's error.
-            sock = self._opened(target)
-            sock.sendall(request)
-            status, reusable = _read_answer(sock)
+            try:
+                status, reusable = self._exchange(target, request)
+            except (Unanswered, ConnectionResetError, BrokenPipeError):
+                if not self._reused:
+                    raise
+                # A kept-alive connection the receiver had closed: sent again on a new one.
+                status, reusable = self._exchange(target, request)
         except (BadAnswer, ValueError, OSError) as exc:  # TLS errors are OSErrors
             self.close()
             return Answer(None, took(), f"{type(exc).__name__}: {exc}")
@@ -345,11 +356,30 @@ class Connection:
         error = "" if 200 <= status < 300 else f"HTTP {status}"
         return Answer(status, took(), error)
 
+    def _exchange(self, target: Target, request: bytes) -> tuple[int, bool]:
+        self._reused = self._sock is not None
+        try:
+            sock = self._opened(target)
+            self._reused = self._reused and self._sock is sock
+            sock.sendall(request)
+            answer = _read_answer(sock)
+        except BaseException:
+            self.close()
+            raise
+        self._idle_since = time.monotonic()
+        return answer
+
 
 class BadAnswer(Exception):
     """An answer that is not HTTP/1.x as a receiver sends it."""
 
 
+class Unanswered(BadAnswer):
+    """The receiver closed the connection before the first byte of an answer."""
+
+
+# How long a kept-alive socket may sit idle before it is checked before its next use.
+_IDLE_CHECK_SECONDS = 0.5
 # The most of an answer's status line and headers that is read.
 _HEAD_BYTES = 65536
 _UNSAFE_IN_HEADER = re.compile(r"[\r\n\0]")
@@ -381,7 +411,9 @@ def _read_answer(sock: socket.socket) -> tuple[int, bool]:
                 raise BadAnswer("the answer's headers are too long")
             chunk = sock.recv(65536)
             if not chunk:
-                raise BadAnswer("the receiver closed the connection before answering")
+                if buffer:
+                    raise BadAnswer("the receiver closed the connection in its answer")
+                raise Unanswered("the receiver closed the connection before answering")
             buffer += chunk
         head, buffer = buffer[:end].decode("latin-1"), buffer[end + 4 :]
         status_line, *fields = head.split("\r\n")

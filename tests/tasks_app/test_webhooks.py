@@ -754,7 +754,7 @@ def test_a_receiver_that_closes_without_answering_is_an_attempts_error(alice, ta
     with server:
         answer = webhooks.post(f"http://127.0.0.1:{port}/in", "{}", {})
     assert answer.status_code is None and not answer.ok
-    assert answer.error == "BadAnswer: the receiver closed the connection before answering"
+    assert answer.error == "Unanswered: the receiver closed the connection before answering"
 
 
 @pytest.mark.parametrize(
@@ -807,3 +807,32 @@ def test_held_messages_are_skipped_by_another_sender_and_free_again_when_the_hol
     assert set(OutboxMessage.objects.values_list("due_at", flat=True)) == due_before
     assert webhooks.deliver_due(seconds=5) == 3
     assert len(receiver.deliveries) == 3
+
+
+def test_a_kept_alive_connection_the_receiver_closed_is_made_again_and_the_post_sent_again(
+    settings,
+) -> None:
+    """Between a batch's deliveries the socket is not looked at (a system call each): when
+    the receiver closed it meanwhile, the POST goes again over a new connection, once."""
+    server = socket.create_server(("127.0.0.1", 0))
+    port = server.getsockname()[1]
+    requests: list[bytes] = []
+
+    def serve() -> None:
+        for _ in range(2):
+            conn, _ = server.accept()
+            with conn:
+                requests.append(conn.recv(65536))
+                conn.sendall(b"HTTP/1.1 204 No Content\r\n\r\n")
+                # Closed at once after one answer, without saying so.
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    with server, webhooks.Connection(f"http://127.0.0.1:{port}/in") as sender:
+        first = sender.post("{}", {"webhook-id": "msg_1"})
+        time.sleep(0.05)  # the receiver's close has arrived
+        second = sender.post("{}", {"webhook-id": "msg_2"})
+    thread.join(5)
+    assert (first.status_code, second.status_code) == (204, 204)
+    assert [b"msg_1" in r for r in requests] == [True, False]
+    assert b"msg_2" in requests[1]

@@ -232,7 +232,9 @@ def test_clients_that_send_their_headers_slowly_are_dropped_and_hold_no_thread(
         f"/livez p99 {p99(latencies) * 1000:.0f} ms over {len(latencies)}; slow clients "
         f"dropped after {min(dropped):.1f}-{max(dropped):.1f} s"
     )
-    assert p99(latencies) < 1
+    # A held thread would keep /livez waiting until the slow clients are dropped (6 s); a
+    # machine busy with the rest of the suite has answered it in just over 1 s.
+    assert p99(latencies) < 2
     assert all(6 <= d < 6 + 1.5 for d in dropped), dropped  # swept once a second
     assert "request headers not complete within 6 s" in log
 

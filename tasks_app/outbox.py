@@ -216,8 +216,11 @@ def claim(channel: str, *, limit: int, lease_seconds: float) -> list[OutboxMessa
     due again before then (a sender that dies leaves them to the next). Messages another
     sender is taking at this moment are skipped (PostgreSQL)."""
     ids = [pk for chosen in choose(channel, limit=limit).values() for pk in chosen]
-    if not ids:
-        return []
+    return _leased(channel, ids, lease_seconds) if ids else []
+
+
+def _leased(channel: str, ids: Collection[int], lease_seconds: float) -> list[OutboxMessage]:
+    """The messages of IDS still due, due again only LEASE_SECONDS from now."""
     until = timezone.now() + timedelta(seconds=lease_seconds)
     with transaction.atomic():
         taken = _lock(channel, ids)
@@ -237,18 +240,15 @@ def holding(
     On PostgreSQL they are held by row locks in a transaction that the block runs in:
     another sender skips them, a sender that dies releases them as its connection closes
     (due again at once), and what the block records is committed when it ends (a message it
-    did not record stays due). Holding them costs no write: a lease was a whole new version
-    of each row. Elsewhere (SQLite, where a transaction holds the one write lock) they are
-    leased for LEASE_SECONDS, as ``claim`` does, and each record is its own transaction."""
-    if connections[OutboxMessage.objects.db].features.has_select_for_update_skip_locked:
+    did not record stays due). Holding them writes nothing to their rows, where a lease
+    writes a new version of each. Elsewhere (SQLite, where a transaction holds the one write
+    lock) they are leased for LEASE_SECONDS, as ``claim`` does, and each record is its own
+    transaction."""
+    if _postgresql():
         with transaction.atomic():
             yield _lock(channel, ids)
-        return
-    until = timezone.now() + timedelta(seconds=lease_seconds)
-    with transaction.atomic():
-        taken = _lock(channel, ids)
-        OutboxMessage.objects.filter(pk__in=[m.pk for m in taken]).update(due_at=until)
-    yield taken
+    else:
+        yield _leased(channel, ids, lease_seconds)
 
 
 def release(messages: Iterable[OutboxMessage]) -> None:

@@ -177,12 +177,12 @@ def _due(channel: str, now: datetime) -> QuerySet[OutboxMessage]:
 # The ids as one array parameter: the statement's text is the same for every batch, so
 # psycopg converts it once (it parses a statement with more than 50 parameters every time).
 _LOCK_POSTGRESQL = """
-    SELECT {columns} FROM tasks_app_outboxmessage
+    SELECT {} FROM tasks_app_outboxmessage
     WHERE id = ANY(%(ids)s::bigint[]) AND channel = %(channel)s AND delivered_at IS NULL
         AND gave_up_at IS NULL AND due_at <= %(now)s
     ORDER BY due_at, id
     FOR UPDATE SKIP LOCKED
-"""
+""".format(", ".join(f'"{field.column}"' for field in OutboxMessage._meta.concrete_fields))
 
 
 def _postgresql() -> bool:
@@ -195,13 +195,8 @@ def _lock(channel: str, ids: Collection[int]) -> list[OutboxMessage]:
     for one that is gone; one instance each)."""
     now = timezone.now()
     if _postgresql():
-        columns = ", ".join(f'"{f.column}"' for f in OutboxMessage._meta.concrete_fields)
-        taken = list(
-            OutboxMessage.objects.raw(
-                _LOCK_POSTGRESQL.format(columns=columns),
-                {"ids": list(ids), "channel": channel, "now": now},
-            )
-        )
+        params = {"ids": list(ids), "channel": channel, "now": now}
+        taken = list(OutboxMessage.objects.raw(_LOCK_POSTGRESQL, params))
     else:
         due = _due(channel, now).filter(pk__in=list(ids))
         taken = list(due.select_for_update(skip_locked=True).order_by("due_at", "pk"))
@@ -241,24 +236,24 @@ def holding(
     another sender skips them, a sender that dies releases them as its connection closes
     (due again at once), and what the block records is committed when it ends (a message it
     did not record stays due). Holding them writes nothing to their rows, where a lease
-    writes a new version of each. Elsewhere (SQLite, where a transaction holds the one write
-    lock) they are leased for LEASE_SECONDS, as ``claim`` does, and each record is its own
-    transaction."""
+    writes a new version of each; the caller keeps the block short, since an open
+    transaction holds back what PostgreSQL may clean up everywhere. Elsewhere (SQLite, where
+    a transaction holds the one write lock) they are leased for LEASE_SECONDS, as ``claim``
+    does, each record is its own transaction, and those the block did not record are due
+    again at once when it ends."""
     if _postgresql():
         with transaction.atomic():
             yield _lock(channel, ids)
-    else:
-        yield _leased(channel, ids, lease_seconds)
-
-
-def release(messages: Iterable[OutboxMessage]) -> None:
-    """Make MESSAGES, taken but not attempted, due again at once (the rest of a batch whose
-    lease would not hold another attempt)."""
-    ids = [m.pk for m in messages]
-    if ids:
-        OutboxMessage.objects.filter(pk__in=ids, delivered_at__isnull=True).update(
-            due_at=timezone.now()
-        )
+        return
+    taken = _leased(channel, ids, lease_seconds)
+    try:
+        yield taken
+    finally:
+        if taken:  # still leased: neither delivered, given up nor given a retry time
+            leased = {"due_at": taken[0].due_at, "delivered_at": None, "gave_up_at": None}
+            OutboxMessage.objects.filter(pk__in=[m.pk for m in taken], **leased).update(
+                due_at=timezone.now()
+            )
 
 
 def fix_body(message: OutboxMessage, body: str) -> str:

@@ -81,6 +81,8 @@ _BATCH = 100
 # The most messages of one endpoint a claim takes (sent one after another by one thread), so
 # that a batch always has room for others.
 _PER_ENDPOINT = _BATCH // 2
+# How long a batch starts messages (its hold then ends with the attempt under way).
+_STARTS_SECONDS = 2.0
 # The least time between two claims of the sender when the first took everything due: what
 # a steady stream of messages adds to a delivery's delay, and what lets each claim take many.
 _GATHER_SECONDS = 0.25
@@ -273,7 +275,6 @@ class Connection:
     def __init__(self, url: str) -> None:
         self._sock: socket.socket | None = None
         self._idle_since = 0.0  # when the last answer on the socket was read
-        self._reused = False  # whether the last exchange went over a kept-alive socket
         try:
             self._target: Target | None = resolve(url)
             self._refused = ""
@@ -341,10 +342,11 @@ class Connection:
         try:
             request = _request_bytes(target.path, sent, body.encode())
             # Inside the try: an unreadable TASKDESK_WEBHOOK_CA_FILE is this attempt's error.
+            kept_alive = self._sock is not None
             try:
                 status, reusable = self._exchange(target, request)
             except (Unanswered, ConnectionResetError, BrokenPipeError):
-                if not self._reused:
+                if not kept_alive:
                     raise
                 # A kept-alive connection the receiver had closed: sent again on a new one.
                 status, reusable = self._exchange(target, request)
@@ -357,10 +359,8 @@ class Connection:
         return Answer(status, took(), error)
 
     def _exchange(self, target: Target, request: bytes) -> tuple[int, bool]:
-        self._reused = self._sock is not None
         try:
             sock = self._opened(target)
-            self._reused = self._reused and self._sock is sock
             sock.sendall(request)
             answer = _read_answer(sock)
         except BaseException:
@@ -422,7 +422,9 @@ def _read_answer(sock: socket.socket) -> tuple[int, bool]:
         if not version.startswith("HTTP/1.") or not code.isdigit() or rest[3:4] not in ("", " "):
             raise BadAnswer(f"not an HTTP/1.x status line: {status_line[:100]!r}")
         status = int(code)
-        if status >= 200 or status == 101:
+        if status == 101:
+            return status, False  # switching to another protocol: not for the next POST
+        if status >= 200:
             break
     found: dict[str, str] = {}
     for field in fields:
@@ -432,8 +434,8 @@ def _read_answer(sock: socket.socket) -> tuple[int, bool]:
     keep = "close" not in found.get("connection", "") and (
         version != "HTTP/1.0" or "keep-alive" in found.get("connection", "")
     )
-    if status in (101, 204, 304):
-        return status, keep and not buffer and status != 101
+    if status in (204, 304):
+        return status, keep and not buffer
     if "transfer-encoding" in found or not found.get("content-length", "").isdigit():
         return status, False  # its end is not known without reading it all
     length = int(found["content-length"])
@@ -587,21 +589,25 @@ def _sendable(
 def _send_batch(ids: list[int], lease: float) -> int:
     """Take the messages of IDS (one endpoint's, ``outbox.choose``) that are still due and
     send them in turn (``_send_in_turn``), holding them for at most LEASE seconds; return
-    how many were delivered."""
-    held_until = time.monotonic() + lease
+    how many were delivered. A message is started only within ``_STARTS_SECONDS`` of the
+    first, and while the hold would outlast its longest attempt: on PostgreSQL the hold is
+    an open transaction, which holds back what PostgreSQL may clean up in every table, so
+    a slow endpoint keeps one open for about one attempt, not for a whole batch."""
+    attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
+    starts_until = time.monotonic() + min(lease - attempt, _STARTS_SECONDS)
     with outbox.holding(Channel.WEBHOOK, ids, lease_seconds=lease) as messages:
         if not messages:
             return 0
-        return _send_in_turn(messages, held_until)
+        return _send_in_turn(messages, starts_until)
 
 
-def _send_in_turn(messages: list[OutboxMessage], held_until: float) -> int:
+def _send_in_turn(messages: list[OutboxMessage], starts_until: float) -> int:
     """Send one endpoint's MESSAGES (held by this sender) one after the other over one
-    connection while they are held; return how many were delivered. A message without a
-    body gets its task as it is now, and keeps that body with its first attempt. Attempts
-    are recorded together at the end (a failed one at once, with those before it), so a
-    batch that succeeds costs the same statements whatever its size."""
-    attempt = 2 * settings.TASKDESK_WEBHOOK_TIMEOUT_SECONDS  # one attempt's longest time
+    connection, starting none after STARTS_UNTIL (those left stay due, for the next claim);
+    return how many were delivered. A message without a body gets its task as it is now,
+    and keeps that body with its first attempt. Attempts are recorded together at the end
+    (a failed one at once, with those before it), so a batch that succeeds costs the same
+    statements whatever its size."""
     sent = 0
     built = _bodies([m for m in messages if m.body is None])
     sendable = _sendable(messages, built, timezone.now())
@@ -611,10 +617,9 @@ def _send_in_turn(messages: list[OutboxMessage], held_until: float) -> int:
     assert endpoint is not None
     succeeded: list[outbox.Attempt] = []
     with Connection(endpoint.url) as connection:
-        for index, message in enumerate(sendable):
-            if time.monotonic() + attempt > held_until:
-                outbox.release(sendable[index:])  # a slow endpoint: for the next claim
-                break
+        for message in sendable:
+            if time.monotonic() > starts_until:
+                break  # a slow endpoint: the rest are for the next claim
             body = message.body or built[message.pk]
             now = timezone.now()
             answer = connection.post(body, signed_headers(

@@ -301,7 +301,7 @@ def test_what_a_batchs_hold_would_not_cover_is_due_again_at_once(alice, receiver
         assert len(taken) == 3
         # A hold that ends before another attempt could: nothing is sent, and the messages
         # wait for the next sender, not for the hold.
-        assert webhooks._send_in_turn(taken, held_until=time.monotonic()) == 0
+        assert webhooks._send_in_turn(taken, starts_until=time.monotonic()) == 0
     assert receiver.deliveries == []
     assert all(m.due_at <= timezone.now() for m in OutboxMessage.objects.all())
     assert OutboxMessage.objects.filter(body__isnull=True).count() == 3  # nothing was sent
@@ -836,3 +836,23 @@ def test_a_kept_alive_connection_the_receiver_closed_is_made_again_and_the_post_
     assert (first.status_code, second.status_code) == (204, 204)
     assert [b"msg_1" in r for r in requests] == [True, False]
     assert b"msg_2" in requests[1]
+
+
+def test_a_slow_endpoints_batch_starts_messages_for_a_bounded_time_and_leaves_the_rest_due(
+    alice, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    """A batch's hold is an open transaction on PostgreSQL: it starts messages only for
+    ``_STARTS_SECONDS``, and what it did not start is due for the next claim."""
+    monkeypatch.setattr(webhooks, "_STARTS_SECONDS", 0.5)
+    receiver = Receiver(hold_each=0.3)
+    try:
+        _endpoint(alice, receiver, ["task.completed"])
+        _completed(alice, 6)
+        [ids] = outbox.choose("webhook", limit=10).values()
+        # Each answer takes 0.3 s: within 0.5 s one to three are started, not all six.
+        sent = webhooks._send_batch(ids, webhooks.lease_seconds())
+        assert 1 <= sent <= 3 and len(receiver.deliveries) == sent
+        left = OutboxMessage.objects.filter(delivered_at__isnull=True)
+        assert left.count() == 6 - sent and all(m.due_at <= timezone.now() for m in left)
+    finally:
+        receiver.close()

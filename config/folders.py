@@ -29,7 +29,7 @@ def prepare(settings: Any) -> list[str]:
         folders.append((Path(queue), 0o777))
     folders.append((Path(settings.PROMETHEUS_MULTIPROC_DIR), 0o777))
     database = settings.DATABASES["default"]
-    sqlite = database["ENGINE"] == "django.db.backends.sqlite3"
+    sqlite = database["ENGINE"] == f"{settings.SETTINGS_PACKAGE}.sqlite"
     name = str(database["NAME"])
     if sqlite and not name.startswith((":", "file:")):
         folders.append((Path(name).parent, 0o777))

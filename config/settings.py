@@ -242,6 +242,9 @@ else:
     }
 
 if _db["ENGINE"] == "django.db.backends.sqlite3":
+    # Writers take turns on a lock file instead of sleeping in SQLite's busy handler
+    # (config/sqlite).
+    _db["ENGINE"] = f"{SETTINGS_PACKAGE}.sqlite"
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
     # two writers queue on busy_timeout instead of failing with "database is locked" on
     # upgrade, which also stands in for SELECT ... FOR UPDATE, which SQLite ignores.
@@ -350,7 +353,7 @@ if not SECURE_HSTS_PRELOAD:
     SILENCED_SYSTEM_CHECKS.append("security.W021")
 # SQLite builds the covering indexes without their INCLUDE columns, which are for PostgreSQL;
 # Django said so (models.W040) on every `make run`.
-if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+if DATABASES["default"]["ENGINE"] == f"{SETTINGS_PACKAGE}.sqlite":
     SILENCED_SYSTEM_CHECKS.append("models.W040")
 
 # --- Django REST framework ----------------------------------------------------------------

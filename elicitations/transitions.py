@@ -24,7 +24,7 @@ from typing import Any
 
 from django.conf import settings
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -493,22 +493,23 @@ class PendingQuestions:
     """``tasks_app.seams.PendingQuestions``: close what a task that ended still asks."""
 
     def close(self, task: Task, *, reason: str) -> None:
-        pending = InputRequest.objects.filter(task_id=task.pk, status=RequestStatus.PENDING)
-        closed = list(pending.order_by("key").values_list("key", flat=True))
+        # One statement (a leg's end on SQLite runs this while it holds the write lock).
+        with connection.cursor() as cursor:
+            cursor.execute(_CLOSE, {**_CLOSING_PARAMS, "task": task.pk})
+            closed = sorted(key for (key,) in cursor.fetchall())
         if closed:
-            InputRequest.objects.filter(task_id=task.pk, key__in=closed).update(
-                status=RequestStatus.CANCELLED
-            )
             event(task, EventKind.INPUT_CLOSED, actor_type=Actor.SYSTEM, keys=closed, reason=reason)
 
     def closing_statement(self) -> StatementPart:
-        table = InputRequest._meta.db_table
-        return StatementPart(
-            f'UPDATE "{table}" SET status = %(question_closed)s '
-            "WHERE task_id IN (SELECT id FROM ended) AND status = %(question_pending)s "
-            "RETURNING key",
-            {
-                "question_closed": RequestStatus.CANCELLED.value,
-                "question_pending": RequestStatus.PENDING.value,
-            },
-        )
+        return StatementPart(_CLOSING.format(tasks="(SELECT id FROM ended)"), _CLOSING_PARAMS)
+
+
+_CLOSING = (
+    f'UPDATE "{InputRequest._meta.db_table}" SET status = %(question_closed)s '
+    "WHERE task_id IN {tasks} AND status = %(question_pending)s RETURNING key"
+)
+_CLOSE = _CLOSING.format(tasks="(%(task)s)")
+_CLOSING_PARAMS = {
+    "question_closed": RequestStatus.CANCELLED.value,
+    "question_pending": RequestStatus.PENDING.value,
+}

@@ -157,7 +157,7 @@ def database_url() -> str:
     from django.db import connection
 
     cfg = connection.settings_dict
-    if cfg["ENGINE"] == "django.db.backends.sqlite3":
+    if connection.vendor == "sqlite":
         return f"sqlite:///{Path(cfg['NAME']).resolve()}"
     user = cfg.get("USER") or ""
     password = f":{cfg['PASSWORD']}" if cfg.get("PASSWORD") else ""

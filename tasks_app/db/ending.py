@@ -9,20 +9,19 @@ On PostgreSQL the end is one statement, and a draining worker's next look rides 
 
 from __future__ import annotations
 
+import json
 import time
 from functools import lru_cache
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, transaction
-from django.db.models import F
-from django.db.models.expressions import RawSQL
 from psycopg.types.json import Jsonb
 
 from tasks_app import outbox, seams
 from tasks_app.db import claiming, prepared, rows
 from tasks_app.db.clock import POSTGRESQL_NOW, SQLITE_NOW
 from tasks_app.db.results import Ended, Ending, look_after_end
-from tasks_app.models import Actor, Channel, EventKind, Status, Task, event
+from tasks_app.models import Actor, Channel, EventKind, Status, Task
 
 # --- statements (PostgreSQL) --------------------------------------------------------------
 
@@ -89,6 +88,34 @@ def end_statement(names: tuple[str, ...], questions: str, look: bool) -> str:
 
 
 # --- SQLite -------------------------------------------------------------------------------
+#
+# SQLite has no data-modifying CTEs: the end is a few statements in one transaction, written
+# out rather than made by the ORM, since every writer waits while it holds the write lock.
+
+
+@lru_cache(maxsize=64)
+def end_statement_sqlite(names: tuple[str, ...]) -> str:
+    """The UPDATE that ends a leg writing the fields NAMES (as ``end_statement``'s ``ended``)."""
+    assignments = "".join(f', "{name}" = %({name})s' for name in names)
+    return f"""UPDATE tasks_app_task SET status = %(to)s, updated_at = %(now)s,
+    finished_at = %(now)s, lease_owner = '', lease_expires_at = NULL,
+    stored_bytes = stored_bytes + %(grow)s{assignments}
+WHERE id = %(task_id)s AND status = %(working)s AND lease_owner = %(owner)s AND leg = %(leg)s
+    AND lease_expires_at > {SQLITE_NOW}
+RETURNING tool_name, created_at, client_id"""
+
+
+ENDED_EVENT_SQLITE = f"""INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
+VALUES (%(task_id)s, %(kind)s, %(worker)s, %(actor)s, %(working)s, %(to)s, %(detail)s, %(now)s)"""
+
+# outbox.write_for_task, as the PostgreSQL statement's ``messaged``.
+MESSAGED_SQLITE = """INSERT INTO tasks_app_outboxmessage (channel, kind, message_id, task_id,
+    endpoint_id, recipient, detail, created_at, retry_from, due_at, attempts, last_error)
+SELECT %(webhook)s, %(hook_event)s, 'msg_' || lower(hex(randomblob(16))), %(task_id)s, hook.id,
+    '', '{}', %(now)s, %(now)s, %(now)s, 0, ''
+FROM tasks_app_webhookendpoint AS hook
+WHERE hook.client_id = %(client_id)s AND hook.enabled
+    AND EXISTS (SELECT 1 FROM json_each(hook.events) WHERE value = %(hook_event)s)"""
 
 
 def end_leased_sqlite(ending: Ending) -> Ended | None:
@@ -97,24 +124,40 @@ def end_leased_sqlite(ending: Ending) -> Ended | None:
     ENDING.owner no longer holds the lease (generation ENDING.leg, unexpired by the
     database's clock) of a working task."""
     e = ending
-    with transaction.atomic():
-        changed = Task.objects.filter(
-            pk=e.task_id, lease_owner=e.owner, leg=e.leg, status=Status.WORKING,
-            lease_expires_at__gt=RawSQL(SQLITE_NOW, ()),
-        ).update(status=e.status, updated_at=e.now, finished_at=e.now, lease_owner="",
-                 lease_expires_at=None, stored_bytes=F("stored_bytes") + e.grow,
-                 **e.fields)  # fmt: skip
-        if not changed:
+    db = connections[DEFAULT_DB_ALIAS]
+    params: dict[str, Any] = {
+        name: rows.task_field(name).get_db_prep_save(value, connection=db)
+        for name, value in e.fields.items()
+    }
+    hook_event = outbox.WEBHOOK_EVENT_OF[e.kind].value
+    params.update(
+        task_id=e.task_id,
+        to=e.status.value,
+        grow=e.grow,
+        owner=e.owner,
+        leg=e.leg,
+        kind=e.kind.value,
+        actor=e.actor,
+        detail=json.dumps(e.detail),
+        now=db.ops.adapt_datetimefield_value(e.now),
+        working=Status.WORKING.value,
+        worker=Actor.WORKER.value,
+        webhook=Channel.WEBHOOK.value,
+        hook_event=hook_event,
+    )
+    statement = end_statement_sqlite(tuple(sorted(e.fields)))
+    with transaction.atomic(), db.cursor() as cursor:
+        cursor.execute(statement, params)
+        ended = cursor.fetchone()
+        if ended is None:
             return None
-        task = Task(id=e.task_id)
-        event(task, e.kind, actor_type=Actor.WORKER, actor=e.actor,
-              old_status=Status.WORKING, new_status=e.status, **e.detail)  # fmt: skip
-        seams.pending_questions().close(task, reason=e.status)
-        outbox.write_for_task(e.task_id, e.kind, now=e.now)
-        tool_name, created_at = Task.objects.values_list("tool_name", "created_at").get(
-            pk=e.task_id
-        )
-    return Ended(tool_name=tool_name, created_at=created_at)
+        tool_name, created_at, params["client_id"] = ended
+        cursor.execute(ENDED_EVENT_SQLITE, params)
+        seams.pending_questions().close(Task(id=e.task_id), reason=e.status)
+        cursor.execute(MESSAGED_SQLITE, params)
+    created = rows.as_datetime(created_at)
+    assert created is not None  # never null
+    return Ended(tool_name=tool_name, created_at=created)
 
 
 # --- PostgreSQL ---------------------------------------------------------------------------

@@ -143,7 +143,7 @@ def test_it_defaults_to_sqlite_and_the_embedded_broker_with_debug_off(tmp_path) 
     result = run_django(code, {}, tmp_path)
     assert result.returncode == 0, result.stderr
     debug, engine, broker, poll, rest = result.stdout.split(" ", 4)
-    assert (debug, engine, broker) == ("False", "django.db.backends.sqlite3", "filesystem://")
+    assert (debug, engine, broker) == ("False", "config.sqlite", "filesystem://")
     assert float(poll) <= 0.1
     assert "['127.0.0.1', 'localhost', '[::1]']" in rest
     assert "'http://127.0.0.1:8000', 'http://localhost:8000', 'http://[::1]:8000'" in rest

@@ -45,6 +45,7 @@ def test_a_fresh_var_folder_and_its_database_are_owner_only_after_migrate(tmp_pa
     assert mode(var / "secret_key") == 0o600
     assert mode(var / "taskdesk.sqlite3") == 0o600
     assert shell.stdout.split()[-1] == "0o600"  # the WAL, as SQLite made it
+    assert mode(var / "taskdesk.sqlite3-writer") == 0o600  # the writers' turns (config/sqlite)
     for leftover in (var / "taskdesk.sqlite3-wal", var / "taskdesk.sqlite3-shm"):
         if leftover.exists():
             assert mode(leftover) == 0o600

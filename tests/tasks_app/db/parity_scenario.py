@@ -46,6 +46,7 @@ def normalized(value: Any) -> Any:
 
 def rows() -> dict[str, Any]:
     """Every row of the tables the operations write, in a stable order."""
+    from elicitations.models import InputRequest
     from tasks_app.models import Dispatch, Drainer, JournalEntry, OutboxMessage, Task, TaskEvent
 
     tables: dict[str, Any] = {}
@@ -56,6 +57,7 @@ def rows() -> dict[str, Any]:
         (JournalEntry, "id"),
         (Drainer, "name"),
         (OutboxMessage, "id"),
+        (InputRequest, "key"),
     ):
         found = [normalized(row) for row in model.objects.order_by(order).values()]
         for row in found:
@@ -78,6 +80,7 @@ def task(client: Any, task_id: str, key: str | None, fingerprint: str = "fp") ->
 def scenario() -> dict[str, Any]:
     from django.db import transaction
 
+    from elicitations.models import InputRequest
     from tasks_app import db, outbox
     from tasks_app.clients import client_get_or_create
     from tasks_app.models import Drainer, EventKind, Status, WebhookEndpoint
@@ -85,10 +88,15 @@ def scenario() -> dict[str, Any]:
     backend = db.backend()
     alice = client_get_or_create(name="alice", tenant="acme")
     bob = client_get_or_create(name="bob", tenant="globex")
-    WebhookEndpoint.objects.create(
-        client=alice, url="https://example.com/hook", secret="s",
-        events=[outbox.WEBHOOK_EVENT_OF[EventKind.COMPLETED].value],
-    )  # fmt: skip
+    completed = outbox.WEBHOOK_EVENT_OF[EventKind.COMPLETED].value
+    for url, events, enabled in (
+        ("https://example.com/hook", [completed], True),
+        ("https://example.com/other", ["task.failed"], True),  # not subscribed
+        ("https://example.com/off", [completed], False),  # disabled
+    ):
+        WebhookEndpoint.objects.create(
+            client=alice, url=url, secret="s", events=events, enabled=enabled
+        )
     returned: dict[str, list[Any]] = {}
 
     def record(operation: str, value: Any) -> None:
@@ -144,6 +152,12 @@ def scenario() -> dict[str, Any]:
         record("lock_leased", backend.lock_leased(task_id=a, owner="w1", leg=claim.task.leg))
         record("lock_leased", backend.lock_leased(task_id=a, owner="w9", leg=claim.task.leg))
 
+    # What task A still asks when it ends: the two pending questions are closed, in key
+    # order; the answered one stays as it is.
+    for key, status in (("q-b", "pending"), ("q-a", "pending"), ("q-c", "answered")):
+        InputRequest.objects.create(
+            task_id=a, key=key, ask_key=key, message=key, requested_schema={}, status=status
+        )
     ending = db.Ending(
         task_id=a, status=Status.COMPLETED, kind=EventKind.COMPLETED, owner="w1",
         leg=claim.task.leg, actor="w1", fields={"result": {"content": []}, "status_message": "ok"},

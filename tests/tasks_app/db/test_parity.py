@@ -101,6 +101,7 @@ def test_standing_by_is_postgresqls_alone(results) -> None:  # type: ignore[no-u
         "tasks_app_journalentry",
         "tasks_app_drainer",
         "tasks_app_outboxmessage",
+        "elicitations_inputrequest",
     ],
 )
 def test_both_backends_leave_the_same_rows(results, table: str) -> None:  # type: ignore[no-untyped-def]

@@ -1,0 +1,141 @@
+"""Django's SQLite backend, with the processes that write taking turns instead of sleeping.
+
+SQLite has one write lock per database. A writer that finds it taken is not queued: SQLite's
+busy handler sleeps and tries again, 1 ms at first and then up to 100 ms between tries, and
+whoever tries first after the holder commits takes the lock. Under load (a web process
+accepting calls while the worker's legs claim and end their tasks) a writer could lose many
+tries in a row: accepted calls waited over a second at the 99th percentile while the lock sat
+free between tries.
+
+Here every write goes through an exclusive ``flock`` on a file beside the database (the
+database's name with ``-writer``), taken before SQLite's lock and given back when the
+transaction ends: a transaction (``BEGIN IMMEDIATE``, the settings' ``transaction_mode``)
+takes it at its start and gives it back at its commit or rollback, and a write sent outside a
+transaction (autocommit) takes it for that one statement. A writer waiting for its turn sleeps
+in the kernel and wakes as soon as the holder gives the turn back, so the lock passes from
+one writer to the next without a gap. Each connection opens the file itself, so threads of
+one process take turns as processes do, and a killed holder's turn is given back by the
+kernel. Readers never take a turn (WAL lets them read beside the writer). SQLite's own busy
+handler still covers writers that do not take turns, such as the ``sqlite3`` shell.
+
+An in-memory database has no file beside it, and no other process to share it with: there
+writers do not take turns.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+from typing import Any
+
+from django.db.backends.sqlite3 import base
+
+# Statements that never write: everything else sent outside a transaction takes a turn
+# (another statement that writes nothing only waits for a turn it did not need).
+_READS = ("SELECT", "PRAGMA", "EXPLAIN")
+
+
+class WriteTurn:
+    """One connection's hold on the database's writer lock file."""
+
+    def __init__(self, path: str) -> None:
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        self.held = False
+
+    def take(self) -> None:
+        if not self.held:
+            fcntl.flock(self._fd, fcntl.LOCK_EX)
+            self.held = True
+
+    def give_back(self) -> None:
+        if self.held:
+            self.held = False
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+    def close(self) -> None:
+        self.held = False
+        os.close(self._fd)  # closing the file gives the lock back too
+
+
+class Cursor(base.SQLiteCursorWrapper):
+    """Django's cursor; a write outside a transaction takes the connection's turn for itself."""
+
+    turn: WriteTurn | None = None
+
+    def execute(self, query: str, params: Any = None) -> Any:
+        if self._alone(query):
+            assert self.turn is not None
+            self.turn.take()
+            try:
+                return super().execute(query, params)
+            finally:
+                self.turn.give_back()
+        return super().execute(query, params)
+
+    def executemany(self, query: str, param_list: Any) -> Any:
+        if self._alone(query):
+            assert self.turn is not None
+            self.turn.take()
+            try:
+                return super().executemany(query, param_list)
+            finally:
+                self.turn.give_back()
+        return super().executemany(query, param_list)
+
+    def _alone(self, query: str) -> bool:
+        """Whether QUERY is a write of its own: a turn to take, not one a transaction holds."""
+        turn = self.turn
+        if turn is None or turn.held or self.connection.in_transaction:
+            return False
+        return not query.lstrip(" \n\t(").upper().startswith(_READS)
+
+
+class DatabaseWrapper(base.DatabaseWrapper):
+    _turn: WriteTurn | None = None
+
+    def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
+        connection = super().get_new_connection(conn_params)
+        if not self.is_in_memory_db():
+            self._turn = WriteTurn(f"{self.settings_dict['NAME']}-writer")
+        return connection
+
+    def create_cursor(self, name: str | None = None) -> Any:
+        cursor = self.connection.cursor(factory=Cursor)
+        cursor.turn = self._turn
+        return cursor
+
+    def _start_transaction_under_autocommit(self) -> None:
+        if self._turn is None:
+            super()._start_transaction_under_autocommit()  # type: ignore[misc]  # not in django-stubs
+            return
+        self._turn.take()
+        try:
+            super()._start_transaction_under_autocommit()  # type: ignore[misc]  # not in django-stubs
+        except BaseException:
+            self._turn.give_back()
+            raise
+
+    def _commit(self) -> None:
+        try:
+            super()._commit()  # type: ignore[misc]  # not in django-stubs
+        finally:
+            if self._turn is not None and not self._in_transaction():
+                self._turn.give_back()
+
+    def _rollback(self) -> None:
+        try:
+            super()._rollback()  # type: ignore[misc]  # not in django-stubs
+        finally:
+            if self._turn is not None and not self._in_transaction():
+                self._turn.give_back()
+
+    def _close(self) -> None:
+        try:
+            super()._close()  # type: ignore[misc]  # not in django-stubs
+        finally:
+            if self._turn is not None:
+                self._turn.close()
+                self._turn = None
+
+    def _in_transaction(self) -> bool:
+        return self.connection is not None and bool(self.connection.in_transaction)

@@ -5,6 +5,7 @@ New rows are inserted as ``working``."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +87,72 @@ SELECT old_task.*, NULL FROM old_task
 """
 INSERT_OR_GET_POSTGRESQL = _WRITES_POSTGRESQL + _RESULT_POSTGRESQL
 INSERT_OR_GET_WITH_ORIGIN_POSTGRESQL = _WRITES_POSTGRESQL + _ORIGIN_POSTGRESQL + _RESULT_POSTGRESQL
+
+
+# --- SQLite's statements ------------------------------------------------------------------
+#
+# No data-modifying CTEs: a transaction of a few statements, written out rather than made by
+# the ORM, since every other writer waits while it holds the write lock. The transaction
+# holds that lock from its start (IMMEDIATE), so a key found taken names a committed task.
+INSERT_TASK_SQLITE = f"""INSERT INTO tasks_app_task ({rows.TASK_COLUMNS}) VALUES ({_VALUES})
+ON CONFLICT (client_id, idempotency_key) WHERE idempotency_key IS NOT NULL DO NOTHING
+RETURNING id"""
+ACCEPTED_EVENT_SQLITE = f"""INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
+VALUES (%(id)s, '{EventKind.ACCEPTED.value}', %(actor_type)s, %(actor)s, '', %(status)s,
+    %(detail)s, %(created_at)s)"""
+DISPATCH_SQLITE = """INSERT INTO tasks_app_dispatch (task_id, reason, created_at, attempts,
+    tenant_id, context)
+VALUES (%(id)s, 'accepted', %(created_at)s, 0,
+    (SELECT tenant_id FROM tasks_app_client WHERE id = %(client_id)s), %(origin)s)
+RETURNING id"""
+OLD_TASK_SQLITE = f"""SELECT {rows.TASK_COLUMNS} FROM tasks_app_task
+WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s"""
+DUPLICATE_EVENT_SQLITE = f"""INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
+VALUES (%(old_id)s, '{EventKind.DUPLICATE_SUBMISSION.value}', %(actor_type)s, %(actor)s, '', '',
+    %(detail)s, %(now)s)"""
+
+
+def insert_or_get_sqlite(
+    task: Task,
+    *,
+    actor: str,
+    carrier: str | None,
+    journal: list[dict[str, Any]],
+    also: Callable[[Task], None] | None = None,
+    origin: TaskOrigin | None = None,
+) -> Accepted | Existing:
+    if journal or also:  # rare (escalated synchronous calls, runs again): the ORM's form
+        return insert_or_get_in_transaction(
+            task, actor=actor, carrier=carrier, journal=journal, also=also, origin=origin
+        )
+    db = connections[DEFAULT_DB_ALIAS]
+    columns = rows.task_columns()
+    params = {c.name: c.value(task, db) for c in columns}
+    params.update(
+        actor_type=Actor.CLIENT.value,
+        actor=actor,
+        detail=json.dumps({"era": task.era, "carrier": carrier}),
+        now=db.ops.adapt_datetimefield_value(task.created_at),
+        origin=json.dumps(tracing.origin()),
+    )
+    with transaction.atomic(durable=True), db.cursor() as cursor:
+        cursor.execute(INSERT_TASK_SQLITE, params)
+        if cursor.fetchone() is None:  # the client's key names a task
+            cursor.execute(OLD_TASK_SQLITE, params)
+            old = cursor.fetchone()
+            assert old is not None  # the conflict's row, committed before this transaction
+            winner = rows.task_from_row(db, columns, old)
+            if winner.fingerprint == task.fingerprint:
+                cursor.execute(DUPLICATE_EVENT_SQLITE, {**params, "old_id": winner.pk})
+            return Existing(winner)
+        cursor.execute(ACCEPTED_EVENT_SQLITE, params)
+        cursor.execute(DISPATCH_SQLITE, params)
+        (dispatch_id,) = cursor.fetchone()
+        task._state.adding = False
+        task._state.db = db.alias
+        if origin is not None:
+            _save_origin(origin, task)
+    return Accepted(task, dispatch_id)
 
 
 def insert_or_get_in_transaction(

@@ -156,7 +156,7 @@ class SQLite:
     transactions serialize writers)."""
 
     can_stand_by = False
-    insert_or_get = staticmethod(accepting.insert_or_get_in_transaction)
+    insert_or_get = staticmethod(accepting.insert_or_get_sqlite)
     claim = staticmethod(claiming.claim_sqlite)
     claim_next = staticmethod(claiming.claim_next_sqlite)
     over_share = staticmethod(claiming.over_share_sqlite)

@@ -44,7 +44,9 @@ class Column:
         value = getattr(task, self.field.attname)
         if value is None and getattr(self.field, "auto_now_add", False):
             value = self.field.pre_save(task, True)
-        return value if self.as_is else self.field.get_db_prep_save(value, connection=db)
+        if self.as_is and db.vendor == "postgresql":
+            return value
+        return self.field.get_db_prep_save(value, connection=db)
 
 
 @cache

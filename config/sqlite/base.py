@@ -24,8 +24,10 @@ writers do not take turns.
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
+from collections.abc import Iterator
 from typing import Any
 
 from django.db.backends.sqlite3 import base
@@ -63,31 +65,30 @@ class Cursor(base.SQLiteCursorWrapper):
     turn: WriteTurn | None = None
 
     def execute(self, query: str, params: Any = None) -> Any:
-        if self._alone(query):
-            assert self.turn is not None
-            self.turn.take()
-            try:
-                return super().execute(query, params)
-            finally:
-                self.turn.give_back()
-        return super().execute(query, params)
+        with self._own_turn(query):
+            return super().execute(query, params)
 
     def executemany(self, query: str, param_list: Any) -> Any:
-        if self._alone(query):
-            assert self.turn is not None
-            self.turn.take()
-            try:
-                return super().executemany(query, param_list)
-            finally:
-                self.turn.give_back()
-        return super().executemany(query, param_list)
+        with self._own_turn(query):
+            return super().executemany(query, param_list)
 
-    def _alone(self, query: str) -> bool:
-        """Whether QUERY is a write of its own: a turn to take, not one a transaction holds."""
+    @contextlib.contextmanager
+    def _own_turn(self, query: str) -> Iterator[None]:
+        """The turn for QUERY when it is a write of its own, not in a transaction's turn."""
         turn = self.turn
-        if turn is None or turn.held or self.connection.in_transaction:
-            return False
-        return not query.lstrip(" \n\t(").upper().startswith(_READS)
+        if (
+            turn is None
+            or turn.held
+            or self.connection.in_transaction
+            or query.lstrip(" \n\t(").upper().startswith(_READS)
+        ):
+            yield
+            return
+        turn.take()
+        try:
+            yield
+        finally:
+            turn.give_back()
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -104,38 +105,39 @@ class DatabaseWrapper(base.DatabaseWrapper):
         cursor.turn = self._turn
         return cursor
 
+    # Django's private hooks (not in django-stubs, hence the ignores): a transaction's start,
+    # its commit and rollback, and closing the connection.
+
     def _start_transaction_under_autocommit(self) -> None:
-        if self._turn is None:
-            super()._start_transaction_under_autocommit()  # type: ignore[misc]  # not in django-stubs
-            return
-        self._turn.take()
+        if self._turn is not None:
+            self._turn.take()
         try:
-            super()._start_transaction_under_autocommit()  # type: ignore[misc]  # not in django-stubs
+            super()._start_transaction_under_autocommit()  # type: ignore[misc]
         except BaseException:
-            self._turn.give_back()
+            self._give_back_after_transaction()
             raise
 
     def _commit(self) -> None:
         try:
-            super()._commit()  # type: ignore[misc]  # not in django-stubs
+            super()._commit()  # type: ignore[misc]
         finally:
-            if self._turn is not None and not self._in_transaction():
-                self._turn.give_back()
+            self._give_back_after_transaction()
 
     def _rollback(self) -> None:
         try:
-            super()._rollback()  # type: ignore[misc]  # not in django-stubs
+            super()._rollback()  # type: ignore[misc]
         finally:
-            if self._turn is not None and not self._in_transaction():
-                self._turn.give_back()
+            self._give_back_after_transaction()
+
+    def _give_back_after_transaction(self) -> None:
+        in_transaction = self.connection is not None and self.connection.in_transaction
+        if self._turn is not None and not in_transaction:
+            self._turn.give_back()
 
     def _close(self) -> None:
         try:
-            super()._close()  # type: ignore[misc]  # not in django-stubs
+            super()._close()  # type: ignore[misc]
         finally:
             if self._turn is not None:
                 self._turn.close()
                 self._turn = None
-
-    def _in_transaction(self) -> bool:
-        return self.connection is not None and bool(self.connection.in_transaction)

@@ -125,26 +125,8 @@ def end_leased_sqlite(ending: Ending) -> Ended | None:
     database's clock) of a working task."""
     e = ending
     db = connections[DEFAULT_DB_ALIAS]
-    params: dict[str, Any] = {
-        name: rows.task_field(name).get_db_prep_save(value, connection=db)
-        for name, value in e.fields.items()
-    }
-    hook_event = outbox.WEBHOOK_EVENT_OF[e.kind].value
-    params.update(
-        task_id=e.task_id,
-        to=e.status.value,
-        grow=e.grow,
-        owner=e.owner,
-        leg=e.leg,
-        kind=e.kind.value,
-        actor=e.actor,
-        detail=json.dumps(e.detail),
-        now=db.ops.adapt_datetimefield_value(e.now),
-        working=Status.WORKING.value,
-        worker=Actor.WORKER.value,
-        webhook=Channel.WEBHOOK.value,
-        hook_event=hook_event,
-    )
+    params = _params(e, db)
+    params.update(detail=json.dumps(e.detail), now=db.ops.adapt_datetimefield_value(e.now))
     statement = end_statement_sqlite(tuple(sorted(e.fields)))
     with transaction.atomic(), db.cursor() as cursor:
         cursor.execute(statement, params)
@@ -167,29 +149,15 @@ def end_leased_postgresql(ending: Ending) -> Ended | None:
     # One statement, so one round trip and atomic without a transaction block.
     e = ending
     db = connections[DEFAULT_DB_ALIAS]
-    params: dict[str, Any] = {
-        name: rows.task_field(name).get_db_prep_save(value, connection=db)
-        for name, value in e.fields.items()
-    }
+    params = _params(e, db)
     questions = seams.pending_questions().closing_statement()
     params.update(
         questions.params,
-        task_id=e.task_id,
-        to=e.status.value,
-        grow=e.grow,
-        owner=e.owner,
-        leg=e.leg,
-        kind=e.kind.value,
-        actor=e.actor,
         detail=Jsonb(e.detail),
         now=e.now,
-        working=Status.WORKING.value,
-        worker=Actor.WORKER.value,
         system=Actor.SYSTEM.value,
         input_closed=EventKind.INPUT_CLOSED.value,
-        webhook=Channel.WEBHOOK.value,
-        hook_event=outbox.WEBHOOK_EVENT_OF[e.kind].value,
-        hook_events=Jsonb([outbox.WEBHOOK_EVENT_OF[e.kind].value]),
+        hook_events=Jsonb([params["hook_event"]]),
     )
     names = tuple(sorted(e.fields))
     look = look_after_end.get()
@@ -216,3 +184,25 @@ def end_leased_postgresql(ending: Ending) -> Ended | None:
     assert row is not None  # always one row
     look.looked = claiming.looked(look.owner, row[2:])
     return None if row[0] is None else Ended(tool_name=row[0], created_at=row[1])
+
+
+def _params(e: Ending, db: Any) -> dict[str, Any]:
+    """The parameters both backends' statements of the end of E take (on DB's connection)."""
+    params: dict[str, Any] = {
+        name: rows.task_field(name).get_db_prep_save(value, connection=db)
+        for name, value in e.fields.items()
+    }
+    params.update(
+        task_id=e.task_id,
+        to=e.status.value,
+        grow=e.grow,
+        owner=e.owner,
+        leg=e.leg,
+        kind=e.kind.value,
+        actor=e.actor,
+        working=Status.WORKING.value,
+        worker=Actor.WORKER.value,
+        webhook=Channel.WEBHOOK.value,
+        hook_event=outbox.WEBHOOK_EVENT_OF[e.kind].value,
+    )
+    return params

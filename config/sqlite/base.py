@@ -55,8 +55,10 @@ class WriteTurn:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
     def close(self) -> None:
-        self.held = False
-        os.close(self._fd)  # closing the file gives the lock back too
+        # Given back first: closing this descriptor alone would not, while a process forked
+        # meanwhile (a pool process, a gunicorn worker) still has the file open.
+        self.give_back()
+        os.close(self._fd)
 
 
 class Cursor(base.SQLiteCursorWrapper):

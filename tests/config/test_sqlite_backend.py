@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -116,6 +117,20 @@ def test_closing_the_connection_gives_the_turn_back(database) -> None:  # type: 
     assert not turn_is_free(database)
     database.close()
     assert turn_is_free(database)
+
+
+def test_closing_gives_the_turn_back_while_a_forked_process_has_the_file(database) -> None:  # type: ignore[no-untyped-def]
+    transaction.atomic(using="own").__enter__()
+    child = os.fork()
+    if child == 0:  # holds the inherited descriptors until it is killed
+        time.sleep(30)
+        os._exit(0)
+    try:
+        database.close()
+        assert turn_is_free(database)
+    finally:
+        os.kill(child, signal.SIGKILL)
+        os.waitpid(child, 0)
 
 
 def test_an_in_memory_database_takes_no_turns(

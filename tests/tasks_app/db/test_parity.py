@@ -34,6 +34,18 @@ def protocol_members() -> set[str]:
     return members | set(Backend.__annotations__)
 
 
+def _python() -> list[str]:
+    """How the scenario's process starts: under coverage when this run measures it (`make test
+    COVERAGE=1`, CI's PostgreSQL run), so that the SQLite backend, which no other test of that
+    run reaches, is counted. Its data file (``.coverage.<host>.<pid>.<random>``) is combined
+    with the run's own at the end."""
+    import coverage
+
+    if coverage.Coverage.current() is None:
+        return [sys.executable]
+    return [sys.executable, "-m", "coverage", "run", "--parallel-mode"]
+
+
 def _run(database_url: str, var_dir: Path) -> dict[str, Any]:
     env = {
         **os.environ,
@@ -43,7 +55,7 @@ def _run(database_url: str, var_dir: Path) -> dict[str, Any]:
     }
     env.pop("DJANGO_SETTINGS_MODULE", None)
     done = subprocess.run(
-        [sys.executable, "-m", "tests.tasks_app.db.parity_scenario"],
+        [*_python(), "-m", "tests.tasks_app.db.parity_scenario"],
         cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-4000:]

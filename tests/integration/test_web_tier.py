@@ -176,7 +176,9 @@ def test_a_hostile_client_cannot_starve_quick_requests(
         f"held {held_runs} runs + {held_streams} streams; p99 {report}; 429s within "
         f"{max(a['seconds'] for a in refused) * 1000:.0f} ms, extra {slowest_extra * 1000:.0f} ms"
     )
-    assert slowest_extra < 1, slowest_extra
+    # Held, they would wait for the runs (20 s); alone they take 30-45 ms, and a machine busy
+    # with the rest of the suite has answered one in just over 1 s.
+    assert slowest_extra < 2, slowest_extra
     for name, samples in latencies.items():
         assert p99(samples) < 1, (name, report)
 

@@ -246,8 +246,9 @@ if _db["ENGINE"] == "django.db.backends.sqlite3":
     # (config/sqlite).
     _db["ENGINE"] = f"{SETTINGS_PACKAGE}.sqlite"
     # WAL lets readers run beside the one writer; IMMEDIATE takes the write lock at BEGIN so
-    # two writers queue on busy_timeout instead of failing with "database is locked" on
-    # upgrade, which also stands in for SELECT ... FOR UPDATE, which SQLite ignores.
+    # two writers queue (on their turns; busy_timeout for a program that takes none) instead
+    # of failing with "database is locked" on upgrade, which also stands in for SELECT ...
+    # FOR UPDATE, which SQLite ignores.
     _db.setdefault("OPTIONS", {}).update(
         {
             "transaction_mode": "IMMEDIATE",

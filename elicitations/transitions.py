@@ -501,14 +501,16 @@ class PendingQuestions:
             event(task, EventKind.INPUT_CLOSED, actor_type=Actor.SYSTEM, keys=closed, reason=reason)
 
     def closing_statement(self) -> StatementPart:
-        return StatementPart(_CLOSING.format(tasks="(SELECT id FROM ended)"), _CLOSING_PARAMS)
+        return StatementPart(_CLOSING + "(SELECT id FROM ended)" + _CLOSED, _CLOSING_PARAMS)
 
 
+# Closing a task's pending questions: ``close``'s statement for one task, and the CTE the
+# PostgreSQL end of a leg embeds for the task it ends.
 _CLOSING = (
-    f'UPDATE "{InputRequest._meta.db_table}" SET status = %(question_closed)s '
-    "WHERE task_id IN {tasks} AND status = %(question_pending)s RETURNING key"
+    f'UPDATE "{InputRequest._meta.db_table}" SET status = %(question_closed)s WHERE task_id IN '
 )
-_CLOSE = _CLOSING.format(tasks="(%(task)s)")
+_CLOSED = " AND status = %(question_pending)s RETURNING key"
+_CLOSE = _CLOSING + "(%(task)s)" + _CLOSED
 _CLOSING_PARAMS = {
     "question_closed": RequestStatus.CANCELLED.value,
     "question_pending": RequestStatus.PENDING.value,

@@ -27,7 +27,6 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-from collections.abc import Iterator
 from typing import Any
 
 from django.db.backends.sqlite3 import base
@@ -35,6 +34,7 @@ from django.db.backends.sqlite3 import base
 # Statements that never write: everything else sent outside a transaction takes a turn
 # (another statement that writes nothing only waits for a turn it did not need).
 _READS = ("SELECT", "PRAGMA", "EXPLAIN")
+_NO_TURN = contextlib.nullcontext()
 
 
 class WriteTurn:
@@ -54,6 +54,12 @@ class WriteTurn:
             self.held = False
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 
+    def __enter__(self) -> None:
+        self.take()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.give_back()
+
     def close(self) -> None:
         # Given back first: closing this descriptor alone would not, while a process forked
         # meanwhile (a pool process, a gunicorn worker) still has the file open.
@@ -67,30 +73,24 @@ class Cursor(base.SQLiteCursorWrapper):
     turn: WriteTurn | None = None
 
     def execute(self, query: str, params: Any = None) -> Any:
-        with self._own_turn(query):
+        with self._turn_for(query):
             return super().execute(query, params)
 
     def executemany(self, query: str, param_list: Any) -> Any:
-        with self._own_turn(query):
+        with self._turn_for(query):
             return super().executemany(query, param_list)
 
-    @contextlib.contextmanager
-    def _own_turn(self, query: str) -> Iterator[None]:
-        """The turn for QUERY when it is a write of its own, not in a transaction's turn."""
+    def _turn_for(self, query: str) -> contextlib.AbstractContextManager[Any]:
+        """The turn QUERY takes for itself: none for a read, or inside a transaction's turn."""
         turn = self.turn
         if (
             turn is None
             or turn.held
             or self.connection.in_transaction
-            or query.lstrip(" \n\t(").upper().startswith(_READS)
+            or query.lstrip(" \n\t(")[:7].upper().startswith(_READS)
         ):
-            yield
-            return
-        turn.take()
-        try:
-            yield
-        finally:
-            turn.give_back()
+            return _NO_TURN
+        return turn
 
 
 class DatabaseWrapper(base.DatabaseWrapper):
@@ -98,6 +98,9 @@ class DatabaseWrapper(base.DatabaseWrapper):
 
     def get_new_connection(self, conn_params: dict[str, Any]) -> Any:
         connection = super().get_new_connection(conn_params)
+        if self._turn is not None:  # the last connection's, if it was not closed
+            self._turn.close()
+            self._turn = None
         if not self.is_in_memory_db():
             self._turn = WriteTurn(f"{self.settings_dict['NAME']}-writer")
         return connection

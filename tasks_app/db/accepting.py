@@ -109,7 +109,7 @@ OLD_TASK_SQLITE = f"""SELECT {rows.TASK_COLUMNS} FROM tasks_app_task
 WHERE client_id = %(client_id)s AND idempotency_key = %(idempotency_key)s"""
 DUPLICATE_EVENT_SQLITE = f"""INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
 VALUES (%(old_id)s, '{EventKind.DUPLICATE_SUBMISSION.value}', %(actor_type)s, %(actor)s, '', '',
-    %(detail)s, %(now)s)"""
+    %(detail)s, %(created_at)s)"""
 
 
 def insert_or_get_sqlite(
@@ -132,7 +132,6 @@ def insert_or_get_sqlite(
         actor_type=Actor.CLIENT.value,
         actor=actor,
         detail=json.dumps({"era": task.era, "carrier": carrier}),
-        now=db.ops.adapt_datetimefield_value(task.created_at),
         origin=json.dumps(tracing.origin()),
     )
     with transaction.atomic(durable=True), db.cursor() as cursor:

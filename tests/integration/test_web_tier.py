@@ -325,7 +325,10 @@ def test_clients_that_send_large_bodies_slowly_cannot_grow_a_web_process(
         f"{len(refused)} connections refused and seen by "
         f"their client ({sum(r.startswith(b'HTTP/1.1 503') for r in refused)} read the 503)"
     )
-    assert p99(latencies) < 1
+    # A web process whose poller were stuck in the bodies would keep /livez waiting for its
+    # 10 s timeout. This test's own 240 sending threads share the GIL with its /livez calls:
+    # in a busy suite on a slower machine one took 1.2 s.
+    assert p99(latencies) < 2
     # The budget, plus what the allocator keeps of buffers it has freed.
     assert all(g < budget * 4 for g in growth.values()), growth
     assert refused and all(r.startswith(b"HTTP/1.1 503") for r in refused if r), refused[:3]

@@ -11,7 +11,7 @@ tried again with the webhooks' backoff (``webhooks.backoff_seconds``) until the 
 deadline, or ``TASKDESK_WEBHOOK_RETRY_HOURS``, whichever comes first; a message given up
 after failing writes ``notice_undelivered`` on its task's timeline.
 
-A chat post goes through ``webhooks.post``: the same checks of where it may go (https,
+A chat post goes through ``outbound.post``: the same checks of where it may go (https,
 public addresses), short timeouts and no redirects.
 """
 
@@ -32,7 +32,7 @@ from django.utils import timezone
 
 from elicitations import notices
 from elicitations.models import InputRequest, TenantChat
-from tasks_app import outbox, webhooks
+from tasks_app import outbound, outbox, webhooks
 from tasks_app.models import Actor, Channel, EventKind, OutboxMessage, Task, event
 
 log = logging.getLogger(__name__)
@@ -109,7 +109,7 @@ def _post_chat(message: OutboxMessage, body: dict[str, str]) -> int | None:
     if chat is None:
         raise NotSent("the chat webhook is disabled or gone")
     payload = json.dumps({"text": body["text"]}, ensure_ascii=False)
-    answer = webhooks.post(chat.webhook_url, payload, {})
+    answer = outbound.post(chat.webhook_url, payload, {})
     if not answer.ok:
         raise NotSent(answer.error or f"HTTP {answer.status_code}", answer.status_code)
     return answer.status_code

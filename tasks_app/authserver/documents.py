@@ -4,7 +4,7 @@ authorization specification's preferred registration).
 
 The document is fetched when an authorization request names the URL and the stored copy is
 stale: at most ``MAX_BYTES``, within ``TIMEOUT_SECONDS``, no redirects, and only from public
-addresses, checked when the connection is made (``tasks_app.webhooks.resolve`` and
+addresses, checked when the connection is made (``tasks_app.outbound.resolve`` and
 ``pool_for``: the name is resolved once and the connection goes to that checked address, so a
 name that resolves elsewhere the second time reaches nothing unchecked).
 ``TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS`` also allows loopback addresses, over http too.
@@ -26,7 +26,7 @@ import urllib3
 from django.conf import settings
 from django.utils import timezone
 
-from tasks_app import webhooks
+from tasks_app import outbound
 from tasks_app.models import OAuthApp
 from tasks_app.oauth.redirects import RedirectRefused, check_redirect_uri
 
@@ -77,7 +77,7 @@ def app_for(client_id: str) -> OAuthApp:
     return app
 
 
-def _checked_url(url: str) -> webhooks.Target:
+def _checked_url(url: str) -> outbound.Target:
     parts = urlsplit(url)
     if parts.path in ("", "/"):
         raise DocumentRefused("A client_id URL must have a path, such as /client.json.")
@@ -85,8 +85,8 @@ def _checked_url(url: str) -> webhooks.Target:
         raise DocumentRefused("A client_id URL may not carry a fragment or credentials.")
     loopback = bool(settings.TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS)
     try:
-        return webhooks.resolve(url, webhooks.Reach(loopback=loopback))
-    except webhooks.UnsafeUrl as exc:
+        return outbound.resolve(url, outbound.Reach(loopback=loopback))
+    except outbound.UnsafeUrl as exc:
         raise DocumentRefused(
             f"The client_id URL may not be fetched: {_plain(str(exc))}."
         ) from None
@@ -96,14 +96,14 @@ def fetch(url: str) -> tuple[Any, timedelta]:
     """The JSON document at URL and how long it may be used. Raise DocumentRefused."""
     target = _checked_url(url)
     timeout = urllib3.Timeout(connect=TIMEOUT_SECONDS, read=TIMEOUT_SECONDS)
-    pool = webhooks.pool_for(target, timeout)
+    pool = outbound.pool_for(target, timeout)
     try:
         headers = {
             "Host": target.host_header,
             "Accept": "application/json",
             "User-Agent": "Taskdesk-OAuth",
         }
-        response = webhooks.request(pool, "GET", target, headers)
+        response = outbound.request(pool, "GET", target, headers)
         try:
             body = response.read(MAX_BYTES + 1)
         finally:

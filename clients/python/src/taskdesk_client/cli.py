@@ -1,11 +1,11 @@
-"""``taskdesk call TOOL --arg k=v ... [--wait] [--key K]`` and ``taskdesk resume``.
+"""``taskdesk-client call TOOL --arg k=v ... [--wait] [--key K]`` and ``taskdesk-client resume``.
 
 Both take ``--url``, ``--token`` and ``--journal``, or ``TASKDESK_URL``, ``TASKDESK_TOKEN`` and
 ``TASKDESK_JOURNAL``. ``call`` prints the task id, then, with ``--wait``, the result as JSON;
 ``resume`` prints one line per submission it settled: its key and its task id.
 
 Exit codes: 0 done; 1 the tool or the task ended in error; 2 bad usage or a refused call;
-3 no answer from the server (the submission stays journaled: run ``taskdesk resume``).
+3 no answer from the server (the submission stays journaled: run ``taskdesk-client resume``).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def _parser() -> argparse.ArgumentParser:
         help="SQLite journal (default: in the user's data directory)",
     )
     parser = argparse.ArgumentParser(
-        prog="taskdesk", description="Call Taskdesk tools without ever losing a receipt."
+        prog="taskdesk-client", description="Call Taskdesk tools without ever losing a receipt."
     )
     commands = parser.add_subparsers(dest="command", required=True)
     call = commands.add_parser(
@@ -78,7 +78,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     if not args.url:
-        print("taskdesk: give the MCP endpoint with --url or TASKDESK_URL", file=sys.stderr)
+        print("taskdesk-client: give the MCP endpoint with --url or TASKDESK_URL", file=sys.stderr)
         return USAGE
     with Client(args.url, token=args.token, journal=args.journal) as client:
         try:
@@ -86,10 +86,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 return _resume(client)
             return _call(client, args)
         except Unreachable as exc:
-            print(f"taskdesk: {exc}; run `taskdesk resume` later", file=sys.stderr)
+            print(f"taskdesk-client: {exc}; run `taskdesk-client resume` later", file=sys.stderr)
             return UNREACHABLE
         except (Refused, KeyReused, ValueError) as exc:
-            print(f"taskdesk: {exc}", file=sys.stderr)
+            print(f"taskdesk-client: {exc}", file=sys.stderr)
             return USAGE
 
 
@@ -112,7 +112,7 @@ def _print_result(handle: Handle, timeout: float | None) -> int:
         new = set(handle.input_requests) - told
         if new:
             print(
-                f"taskdesk: task {handle.task_id} waits for input ({', '.join(sorted(new))}); "
+                f"taskdesk-client: task {handle.task_id} waits for input ({', '.join(sorted(new))}); "
                 "answer it in the Taskdesk inbox or through tasks/update",
                 file=sys.stderr,
             )
@@ -124,7 +124,7 @@ def _print_result(handle: Handle, timeout: float | None) -> int:
         print(json.dumps({"error": exc.as_dict()}), flush=True)
         return TOOL_ERROR
     except TaskCancelled as exc:
-        print(f"taskdesk: {exc}", file=sys.stderr)
+        print(f"taskdesk-client: {exc}", file=sys.stderr)
         return TOOL_ERROR
     print(json.dumps(result), flush=True)
     return TOOL_ERROR if result.get("isError") else OK
@@ -136,7 +136,7 @@ def _resume(client: Client) -> int:
         if outcome.error is None:
             print(f"{outcome.key} {outcome.task_id or '-'}", flush=True)
             continue
-        print(f"taskdesk: {outcome.key} ({outcome.tool}): {outcome.error}", file=sys.stderr)
+        print(f"taskdesk-client: {outcome.key} ({outcome.tool}): {outcome.error}", file=sys.stderr)
         code = UNREACHABLE if isinstance(outcome.error, Unreachable) else USAGE
         worst = max(worst, code) if isinstance(outcome.error, TaskdeskError) else worst
     return worst

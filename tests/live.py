@@ -242,6 +242,7 @@ class LiveStack:
                 stdout=log.fileno(),
                 stderr=log.fileno(),
                 start_new_session=True,
+                warm=True,  # the stack's programs share one set-up of Django (tests/forkserver.py)
             )
         self.procs[name] = proc
         return proc

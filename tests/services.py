@@ -69,6 +69,21 @@ def redis_server_binary() -> str | None:
     return shutil.which("redis-server")
 
 
+# Chromium for the browser tests (Playwright). Every page of a test comes from one site (the
+# stack's 127.0.0.1), so site isolation's process per site only costs CPU: without it a page
+# cost 8 % less CPU on two cores.
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+    "--disable-site-isolation-trials",
+    "--disable-features=site-per-process,IsolateOrigins",
+]
+
+
 def chromium_path() -> str | None:
     for path in CHROMIUM_PATHS:
         if os.path.exists(path):

@@ -35,18 +35,10 @@ from tests.integration.test_inbox_browser import Browser, csrf, mcp
 from tests.integration.worker_helpers import leg_pid
 from tests.live import kill, wait_for
 from tests.runtime_toolset import RUNTIME_TOOLSETS
-from tests.services import chromium_path
+from tests.services import CHROMIUM_ARGS, chromium_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 # The list refreshes every 3 s; the bound is 5 s.
 REFRESH_MS = 5_000
 # The demo outbox's latency: the window in which the test kills the worker.

@@ -26,19 +26,11 @@ from elicitations.models import InputRequest
 from tasks_app.clients import client_get_or_create
 from tasks_app.models import Task
 from tests import live
-from tests.services import chromium_path
+from tests.services import CHROMIUM_ARGS, chromium_path
 from tests.wire import headers_for, request, result_of
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 
-CHROMIUM_ARGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
 APPROVAL: dict[str, Any] = {
     "type": "object",
     "properties": {

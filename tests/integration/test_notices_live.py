@@ -22,10 +22,10 @@ from tasks_app.clients import client_get_or_create
 from tasks_app.models import OutboxMessage
 from tasks_app.operators import grant_role
 from tests import live
-from tests.integration.test_inbox_browser import CHROMIUM_ARGS, Browser
+from tests.integration.test_inbox_browser import Browser
 from tests.integration.worker_helpers import submit
 from tests.mail_server import MailServer
-from tests.services import chromium_path
+from tests.services import CHROMIUM_ARGS, chromium_path
 from tests.wire import post, result_of, tools_call
 
 pytestmark = pytest.mark.live

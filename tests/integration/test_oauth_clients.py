@@ -38,11 +38,10 @@ from tests.integration.oauth_clients import (
     Redirects,
     redirect_uri,
 )
-from tests.integration.test_dashboard_browser import CHROMIUM_ARGS
 from tests.integration.test_inbox_browser import Browser
 from tests.integration.test_sdk_client import text
 from tests.live import LiveStack, free_port
-from tests.services import chromium_path
+from tests.services import CHROMIUM_ARGS, chromium_path
 
 pytestmark = [pytest.mark.browser, pytest.mark.live]
 

@@ -13,8 +13,11 @@ Personas (each says what it may do):
 from __future__ import annotations
 
 import os
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 # Keep test runs' broker folder, SQLite files and exports apart from a `make run` on the same
 # checkout. Set before Django reads its settings.
@@ -147,6 +150,41 @@ def _empty_embedded_broker():  # type: ignore[no-untyped-def]
         from config.celery import app
 
         app.control.purge()
+
+
+FLUSH_ATTEMPTS = 5
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _flush_outlasts_a_deadlock() -> Iterator[None]:
+    """On PostgreSQL, the flush after a test that wrote through its transaction (one TRUNCATE of
+    every table) can lose a deadlock to a session that locks rows of several tables, such as a
+    kept live stack's sweeper: PostgreSQL then cancels the TRUNCATE, and the next test found
+    the rows of the last one (a duplicate username, in CI). The flush is tried again instead,
+    up to FLUSH_ATTEMPTS times."""
+    from django.db import OperationalError, connection
+
+    if connection.vendor != "postgresql":
+        yield
+        return
+    from psycopg.errors import DeadlockDetected
+
+    operations = type(connection.ops)
+    flush = operations.execute_sql_flush
+
+    def execute_sql_flush(self: Any, sql_list: list[str]) -> None:
+        for attempt in range(1, FLUSH_ATTEMPTS + 1):
+            try:
+                flush(self, sql_list)
+                return
+            except OperationalError as exc:
+                if not isinstance(exc.__cause__, DeadlockDetected) or attempt == FLUSH_ATTEMPTS:
+                    raise
+                time.sleep(0.1 * attempt)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(operations, "execute_sql_flush", execute_sql_flush)
+        yield
 
 
 @pytest.fixture

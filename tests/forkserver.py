@@ -314,7 +314,7 @@ def _serve(path: str) -> None:
                     _reap(statuses)
                     reply: dict[str, Any] = {"code": statuses.pop(request["pid"], None)}
                 else:
-                    pid = _warm_spawn(warm, request, fds, sock) if request.get("warm") else None
+                    pid = _warm_spawn(warm, request, fds) if request.get("warm") else None
                     if pid is None:
                         pid = os.fork()
                         if pid == 0:
@@ -335,12 +335,13 @@ class _Warm:
     """A process that has applied one environment and imported ``WARM_PRELOAD``, and forks
     that environment's programs on request (``_warm_serve``), over a socket pair."""
 
-    def __init__(self, request: dict[str, Any], listening: socket.socket) -> None:
+    def __init__(self, request: dict[str, Any]) -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self.pid = os.fork()
         if self.pid == 0:
-            listening.close()
-            ours.close()
+            # Nothing of the server's: not its socket, not the request being answered, and not
+            # the other warm processes' sockets, which would keep them from reading their end.
+            _close_all_but({0, 1, 2, theirs.fileno()})
             _warm_serve(request, theirs)  # does not return
         theirs.close()
         self.sock = ours
@@ -368,19 +369,25 @@ class _Warm:
         self.sock.close()  # the process reads the end of its socket and exits
 
 
+def _close_all_but(kept: set[int]) -> None:
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        if fd not in kept:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+
 def _warm_key(request: dict[str, Any]) -> str:
     return json.dumps([request["cwd"], sorted(request["env"].items())])
 
 
-def _warm_spawn(
-    warm: dict[str, _Warm], request: dict[str, Any], fds: list[int], listening: socket.socket
-) -> int | None:
+def _warm_spawn(warm: dict[str, _Warm], request: dict[str, Any], fds: list[int]) -> int | None:
     """Start REQUEST's program from the warm process of its environment (made first when
     there is none): its pid, or None to start it cold."""
     key = _warm_key(request)
     process = warm.get(key)
     if process is None:
-        process = warm[key] = _Warm(request, listening)
+        process = warm[key] = _Warm(request)
     pid = process.spawn(request, fds)
     if pid is None:  # its preload failed: this environment's programs start cold
         process.close()

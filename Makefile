@@ -12,9 +12,8 @@ export PATH := $(CURDIR)/$(BIN):$(PATH)
 
 .PHONY: install run test lint fmt conformance bench clean-var
 
-# uv installs the pins of constraints.txt: the same packages as pip, in 8 s instead of 33 on two
-# cores (it builds the three editable packages and downloads in parallel, and compiles the
-# bytecode that pip would). pip installs uv itself, pinned there too.
+# uv installs the pins of constraints.txt: the same packages as pip, bytecode compiled, in 8 s
+# instead of pip's 33 s into a new virtualenv on two cores. pip installs uv, pinned there too.
 $(STAMP): pyproject.toml constraints.txt clients/python/pyproject.toml examples/acme-tools/pyproject.toml
 	@test -n "$(PYTHON)" || { echo "Taskdesk needs Python 3.11 or newer on PATH" >&2; exit 1; }
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)

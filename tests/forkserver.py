@@ -403,7 +403,6 @@ def _warm_serve(request: dict[str, Any], sock: socket.socket) -> None:
     import ctypes
     import importlib
 
-    code = 0
     try:
         ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
         os.chdir(request["cwd"])
@@ -442,7 +441,7 @@ def _warm_serve(request: dict[str, Any], sock: socket.socket) -> None:
             pid = int(answer.read() or 0)
         os.waitpid(middle, 0)
         sock.send(json.dumps({"pid": pid} if pid else {}).encode())
-    os._exit(code)
+    os._exit(0)
 
 
 def _reap(statuses: dict[int, int]) -> None:

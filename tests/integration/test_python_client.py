@@ -154,10 +154,10 @@ def test_a_handle_answers_cancels_and_reads_results(live, alice_token, tmp_path)
 
 
 @pytest.fixture(scope="module")
-def taskdesk_command(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
+def client_command(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
     """``./clients/python`` installed into a new virtual environment: its ``taskdesk-client``.
     The environment gets no pip of its own: this environment's uv (``make install`` put it
-    there) installs into it, in about a second where pip took 30 s in a busy suite."""
+    there) installs into it (pip took 30 s of this module's set-up in a busy suite)."""
     venv = tmp_path_factory.mktemp("client-venv")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     python = venv / "bin" / "python"
@@ -174,7 +174,7 @@ def taskdesk_command(tmp_path_factory) -> Path:  # type: ignore[no-untyped-def]
 
 @pytest.mark.slow
 def test_a_killed_submitter_is_settled_by_resume_in_a_new_process(
-    live, alice_token, tmp_path, taskdesk_command
+    live, alice_token, tmp_path, client_command
 ):
     journal = tmp_path / "journal.sqlite3"
     with FaultProxy(live.mcp_url) as proxy:
@@ -186,7 +186,7 @@ def test_a_killed_submitter_is_settled_by_resume_in_a_new_process(
         }
         proxy.script("tools/call", ["hold"])  # the server accepts; the answer never comes
         submitter = subprocess.Popen(
-            [str(taskdesk_command), *CALL, "--key", "report-q3-cli"],
+            [str(client_command), *CALL, "--key", "report-q3-cli"],
             env=env,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
@@ -202,7 +202,7 @@ def test_a_killed_submitter_is_settled_by_resume_in_a_new_process(
         assert submitter.stdout is not None and submitter.stdout.read() == b""  # no receipt seen
 
         resumed = subprocess.run(
-            [str(taskdesk_command), "resume"], env=env, capture_output=True, text=True, timeout=120
+            [str(client_command), "resume"], env=env, capture_output=True, text=True, timeout=120
         )
         assert resumed.returncode == 0, resumed.stderr
         assert resumed.stdout.splitlines() == [f"report-q3-cli {task.pk}"]
@@ -211,11 +211,11 @@ def test_a_killed_submitter_is_settled_by_resume_in_a_new_process(
         # The journal now holds the receipt: nothing is left to resume, and `call` with the
         # same key answers from it and waits for the result.
         again = subprocess.run(
-            [str(taskdesk_command), "resume"], env=env, capture_output=True, text=True, timeout=60
+            [str(client_command), "resume"], env=env, capture_output=True, text=True, timeout=60
         )
         assert (again.returncode, again.stdout) == (0, "")
         waited = subprocess.run(
-            [str(taskdesk_command), *CALL, "--key", "report-q3-cli", "--wait"],
+            [str(client_command), *CALL, "--key", "report-q3-cli", "--wait"],
             env=env,
             capture_output=True,
             text=True,

@@ -13,6 +13,7 @@ import socket
 import stat
 import subprocess
 from collections.abc import Iterator
+from functools import partial
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -91,16 +92,13 @@ def test_the_log_says_where_it_listens_and_the_control_socket_is_the_instances_o
     ]
     stopped.extend(servers)
     for var in (first, second):
-        wait_for(f"{var.name}'s control socket", (var / "gunicorn.ctl").is_socket, timeout=30)
+        # gunicorn sets the socket's mode just after it listens, before its loop can answer:
+        # once the socket answers, the mode is final
+        workers = wait_for(
+            f"{var.name}'s control socket", partial(_show_workers, var), timeout=30, every=0.1
+        )
+        assert workers["count"] == 1, workers  # this server's one web process
         assert stat.S_IMODE((var / "gunicorn.ctl").stat().st_mode) == 0o600  # its user only
-    shown = subprocess.run(
-        [str(BIN / "gunicornc"), "-s", str(first / "gunicorn.ctl"), "-c", "show workers", "-j"],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-    assert json.loads(shown.stdout)["count"] == 1, shown.stdout  # the first's one web process
     for server in servers:
         os.killpg(server.pid, signal.SIGTERM)
     logs = [server.communicate(timeout=30)[0].decode() for server in servers]
@@ -215,3 +213,17 @@ def test_a_web_process_that_ended_leaves_the_live_gauges(hooks, tmp_path, monkey
     (tmp_path / "counter_4242.db").write_bytes(b"")
     hooks["child_exit"](SimpleNamespace(), SimpleNamespace(pid=4242))  # type: ignore[operator]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["counter_4242.db"]
+
+
+def _show_workers(var: Path) -> dict[str, object] | None:
+    """What the control socket in VAR says of the server's web processes, or None while it
+    does not answer yet."""
+    if not (var / "gunicorn.ctl").is_socket():
+        return None
+    shown = subprocess.run(
+        [str(BIN / "gunicornc"), "-s", str(var / "gunicorn.ctl"), "-c", "show workers", "-j"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    return json.loads(shown.stdout) if shown.returncode == 0 else None

@@ -65,16 +65,19 @@ def _address_allowed(address: IpAddress, rules: Reach) -> bool:
 class Reach:
     """Which addresses an outgoing request may go to beyond public ones: loopback (then over
     http too), and these networks (CIDR). The webhooks' come from their settings; other
-    callers (client ID metadata documents) pass their own."""
+    callers (client ID metadata documents) pass their own. HINT tells whoever reads a refusal
+    which setting widens it."""
 
     loopback: bool
     networks: tuple[str, ...] = ()
+    hint: str = ""
 
     @classmethod
     def of_webhooks(cls) -> Reach:
         return cls(
             loopback=bool(settings.TASKDESK_WEBHOOK_ALLOW_HTTP_LOOPBACK),
             networks=tuple(settings.TASKDESK_WEBHOOK_ALLOWED_NETWORKS),
+            hint="allow its network with TASKDESK_WEBHOOK_ALLOWED_NETWORKS",
         )
 
 
@@ -121,9 +124,9 @@ def resolve(url: str, rules: Reach | None = None) -> Target:
         raise UnsafeUrl(f"the host {host} has no address")
     refused = [a for a in addresses if not _address_allowed(a, rules)]
     if refused:
+        hint = f" ({rules.hint})" if rules.hint else ""
         raise UnsafeUrl(
-            f"the host {host} resolves to {refused[0]}, a private or special address "
-            "(allow its network with TASKDESK_WEBHOOK_ALLOWED_NETWORKS)"
+            f"the host {host} resolves to {refused[0]}, a private or special address{hint}"
         )
     if scheme == "http" and not (rules.loopback and all(a.is_loopback for a in addresses)):
         raise UnsafeUrl("the URL must start with https:// (http only to a loopback address)")

@@ -85,7 +85,12 @@ def _checked_url(url: str) -> outbound.Target:
         raise DocumentRefused("A client_id URL may not carry a fragment or credentials.")
     loopback = bool(settings.TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS)
     try:
-        return outbound.resolve(url, outbound.Reach(loopback=loopback))
+        reach = outbound.Reach(
+            loopback=loopback,
+            hint="documents are fetched from public addresses only, and from loopback ones "
+            "with TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS",
+        )
+        return outbound.resolve(url, reach)
     except outbound.UnsafeUrl as exc:
         raise DocumentRefused(
             f"The client_id URL may not be fetched: {_plain(str(exc))}."

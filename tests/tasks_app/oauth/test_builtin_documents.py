@@ -188,6 +188,9 @@ def test_it_never_fetches_from_private_addresses(client, operator, settings, url
 
     assert response.status_code == 400
     assert f"resolves to {address}, a private or special address".encode() in response.content
+    # The refusal names the setting that matters here, not the webhooks' one.
+    assert b"TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS" in response.content
+    assert b"TASKDESK_WEBHOOK" not in response.content
 
 
 def test_without_the_loopback_setting_an_http_client_id_is_not_a_document(

@@ -20,7 +20,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, transaction
 from tasks_app.db import drainers, prepared, rows
 from tasks_app.db.clock import POSTGRESQL_NOW, SQLITE_NOW, postgresql_later, sqlite_later
 from tasks_app.db.results import Claim, Looked, Next
-from tasks_app.models import Actor, EffectState, EventKind, Status, Task, event
+from tasks_app.models import Actor, EffectState, EventKind, Status, Task
 
 # --- statements ---------------------------------------------------------------------------
 
@@ -101,6 +101,11 @@ CLAIM_TASK_SQLITE = f"""UPDATE tasks_app_task SET lease_owner = %(owner)s,
     lease_expires_at = {sqlite_later("lease")}, leg = leg + 1, updated_at = %(now)s
     WHERE id = %(task)s AND {_claimable(SQLITE_NOW)}
     RETURNING {rows.CLAIM_RETURNING}"""
+
+# The claim's ``leg_started`` event, as PostgreSQL's ``started`` below writes it.
+STARTED_EVENT_SQLITE = f"""INSERT INTO tasks_app_taskevent {rows.EVENT_COLUMNS}
+    VALUES (%(task)s, '{EventKind.LEG_STARTED.value}', %(worker)s, %(owner)s, '', '',
+        json_object('leg', %(leg)s, 'dispatch', %(dispatch)s), %(now)s)"""
 
 # PostgreSQL: one statement. The CTE ``claimed`` takes the lease of the task TASK (SQL) of a
 # statement whose CTE ``consumed`` holds the record; ``started`` writes ``leg_started``.
@@ -275,6 +280,7 @@ def _claim_sqlite(
         "owner": owner,
         "lease": float(lease_seconds),
         "working": Status.WORKING.value,
+        "worker": Actor.WORKER.value,
     }
     with db.cursor() as cursor:
         origin = None
@@ -286,11 +292,10 @@ def _claim_sqlite(
             (origin,) = cursor.fetchone()
         cursor.execute(CLAIM_TASK_SQLITE, params)
         row = cursor.fetchone()
-    if row is None:
-        return None
-    claim = rows.claimed(db, task_id, owner, (*row, origin))
-    event(Task(id=task_id), EventKind.LEG_STARTED, actor_type=Actor.WORKER, actor=owner,
-          leg=claim.task.leg, dispatch=dispatch_id)  # fmt: skip
+        if row is None:
+            return None
+        claim = rows.claimed(db, task_id, owner, (*row, origin))
+        cursor.execute(STARTED_EVENT_SQLITE, {**params, "leg": claim.task.leg})
     return claim
 
 

@@ -20,7 +20,10 @@ And it groups what the workers are handed (``--dist loadgroup``), in the order o
 - none marked ``serial`` (the kill loop, the outages, `make run`, the broker outage: fault
   tests whose deadlines assume a core is free when their processes need one): `make test`
   runs those beside the workers in one process of their own, with ``--only-serial``
-  (scripts/run_tests.py).
+  (scripts/run_tests.py). That process collects only the test modules whose text says
+  ``mark.serial`` (collecting the whole suite for a handful of tests took it 7-8 s of CPU on
+  a new clone), and in the workers a test marked serial from any other module fails, so
+  none is left out of both passes unseen.
 
 Nothing makes a worker wait for another: a worker that waited for a turn held its share of
 the run idle (measured: a queue of fault tests left two of three workers waiting 200 s).
@@ -93,12 +96,54 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     )
 
 
+def _says_serial(path: Path) -> bool:
+    """Whether the text of test module PATH marks tests serial (the module docstring says
+    why the serial pass looks no further)."""
+    return b"mark.serial" in path.read_bytes()
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if (
+        config.getoption("only_serial")
+        and collection_path.name.startswith("test_")
+        and collection_path.suffix == ".py"
+        and not _says_serial(collection_path)
+    ):
+        return True
+    return None  # pytest's own rules decide
+
+
+_UNSEEN_SERIAL = pytest.StashKey[bool]()
+
+
+def _mark_unseen_serial(items: list[pytest.Item]) -> None:
+    """Keep in this pass, to fail at their setup, the tests marked serial whose module the
+    serial pass would not collect (a worker that refused its whole collection would only be
+    seen as an internal error of pytest-xdist's, without the reason)."""
+    for item in items:
+        if item.get_closest_marker("serial") is not None and not _says_serial(item.path):
+            item.stash[_UNSEEN_SERIAL] = True
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    if item.stash.get(_UNSEEN_SERIAL, False):
+        pytest.fail(
+            f"{item.nodeid.split('::')[0]} marks this test serial, but the module's text does "
+            "not say mark.serial, so make test's serial pass would not collect it: mark it "
+            "with pytest.mark.serial in the module",
+            pytrace=False,
+        )
+
+
 def _deselect(config: pytest.Config, items: list[pytest.Item], serial: bool) -> None:
-    """Keep the tests whose `serial` mark is SERIAL; report the others as deselected."""
+    """Keep the tests whose `serial` mark is SERIAL (and those that fail for an unseen one);
+    report the others as deselected."""
     kept: list[pytest.Item] = []
     left: list[pytest.Item] = []
     for item in items:
-        (kept if (item.get_closest_marker("serial") is not None) == serial else left).append(item)
+        marked = item.get_closest_marker("serial") is not None
+        keep = marked == serial or item.stash.get(_UNSEEN_SERIAL, False)
+        (kept if keep else left).append(item)
     if left:
         config.hook.pytest_deselected(items=left)
         items[:] = kept
@@ -117,6 +162,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     # The order stays the collection's: spreading the tests that start processes over the run
     # put them before tests that read what the migrations wrote, which their flushes delete.
+    _mark_unseen_serial(items)
     _deselect(config, items, serial=False)  # left to the second pass
     for item in items:
         if item.get_closest_marker("rabbitmq") is not None:

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.parallel import ROOT
 
 VISIBLE = "import pytest\npytestmark = pytest.mark.serial\n\ndef test_fault():\n    pass\n"
@@ -16,8 +18,17 @@ HIDDEN = "import pytest\nm = pytest.mark\npytestmark = m.serial\n\ndef test_hidd
 PLAIN = "def test_plain():\n    pass\n"
 
 
+@pytest.fixture
+def modules(tmp_path: Path) -> Path:
+    """A folder with a module marked serial as the serial pass sees it, one marked serial out
+    of its sight, and a plain one."""
+    for name, text in (("test_visible", VISIBLE), ("test_hidden", HIDDEN), ("test_plain", PLAIN)):
+        (tmp_path / f"{name}.py").write_text(text)
+    (tmp_path / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: one process\n")
+    return tmp_path
+
+
 def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    (folder / "pytest.ini").write_text("[pytest]\nmarkers =\n    serial: one process\n")
     return subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "tests.parallel", "-p", "no:cacheprovider",
          "-c", str(folder / "pytest.ini"), "--rootdir", str(folder), "-q", *args, str(folder)],
@@ -27,22 +38,16 @@ def _pytest(folder: Path, *args: str) -> subprocess.CompletedProcess[str]:
     )  # fmt: skip
 
 
-def test_the_serial_pass_collects_only_modules_that_say_serial(tmp_path: Path) -> None:
-    for name, text in (("test_visible", VISIBLE), ("test_hidden", HIDDEN), ("test_plain", PLAIN)):
-        (tmp_path / f"{name}.py").write_text(text)
-
-    collected = _pytest(tmp_path, "--only-serial", "--collect-only")
+def test_the_serial_pass_collects_only_modules_that_say_serial(modules: Path) -> None:
+    collected = _pytest(modules, "--only-serial", "--collect-only")
 
     assert collected.returncode == 0, collected.stdout + collected.stderr
     assert "test_visible.py::test_fault" in collected.stdout
     assert "test_hidden" not in collected.stdout and "test_plain" not in collected.stdout
 
 
-def test_the_workers_fail_a_serial_test_the_serial_pass_would_not_see(tmp_path: Path) -> None:
-    for name, text in (("test_visible", VISIBLE), ("test_hidden", HIDDEN), ("test_plain", PLAIN)):
-        (tmp_path / f"{name}.py").write_text(text)
-
-    run = _pytest(tmp_path, "-n", "1", "-rA")
+def test_the_workers_fail_a_serial_test_the_serial_pass_would_not_see(modules: Path) -> None:
+    run = _pytest(modules, "-n", "1", "-rA")
 
     assert run.returncode == 1, run.stdout + run.stderr
     assert "1 passed, 1 error" in run.stdout

@@ -83,13 +83,12 @@ def _checked_url(url: str) -> outbound.Target:
         raise DocumentRefused("A client_id URL must have a path, such as /client.json.")
     if parts.fragment or parts.username or parts.password:
         raise DocumentRefused("A client_id URL may not carry a fragment or credentials.")
-    loopback = bool(settings.TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS)
+    reach = outbound.Reach(
+        loopback=bool(settings.TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS),
+        hint="documents are fetched from public addresses only, and from loopback ones "
+        "with TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS",
+    )
     try:
-        reach = outbound.Reach(
-            loopback=loopback,
-            hint="documents are fetched from public addresses only, and from loopback ones "
-            "with TASKDESK_OAUTH_ALLOW_LOOPBACK_CLIENTS",
-        )
         return outbound.resolve(url, reach)
     except outbound.UnsafeUrl as exc:
         raise DocumentRefused(
